@@ -54,6 +54,8 @@ class Retryable(LedgerError):
     """The transaction lost a race or ran out of time; retrying it in a new transaction may succeed."""
 
     code = "retryable"
+    # True when the request lost a race (serialization failure, deadlock): safe to re-run at once.
+    race = False
 
     def as_extensions(self) -> dict[str, Any]:
         ext = super().as_extensions()

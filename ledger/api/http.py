@@ -1,0 +1,261 @@
+"""The HTTP surface: POST /graphql (one request, one transaction), GraphiQL, /healthz, /metrics.
+
+The GraphQL execution is synchronous and runs on a worker thread: every field, including the fields
+inside the `actions {}` namespace objects, then runs serially in document order on the request's one
+database connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any
+
+import orjson
+from graphql import GraphQLError
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from ..app_services import Services
+from ..auth.clients import load_principal
+from ..errors import LedgerError, Retryable, Unauthenticated
+from ..policy.chain import Chain, Layer
+from ..policy.statements import parse_policies
+from ..scope import Scope
+from .context import RequestContext
+from .graphiql import graphiql_page
+from .schema import schema
+
+log = logging.getLogger("ledger.http")
+
+REQUESTS = Counter("ledger_graphql_requests_total", "GraphQL requests by outcome", ["outcome"])
+REQUEST_SECONDS = Histogram("ledger_graphql_request_seconds", "GraphQL request latency")
+
+
+class _RollBack(Exception):
+    """Leaves the transaction block with a finished result that must not commit."""
+
+    def __init__(self, payload: dict) -> None:
+        self.payload = payload
+
+
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload, option=orjson.OPT_PASSTHROUGH_DATACLASS, default=_default),
+                    status_code=status, media_type="application/json")
+
+
+def _default(value: Any) -> Any:
+    # Values beyond 64 bits (stored as received) and other exotic JSON leaves.
+    if isinstance(value, int):
+        return float(value) if abs(value) > 2**64 else str(value)
+    return str(value)
+
+
+def error_payload(message: str, code: str, hint: str | None = None, **extra: Any) -> dict:
+    ext: dict[str, Any] = {"code": code}
+    if hint:
+        ext["hint"] = hint
+    ext.update(extra)
+    return {"message": message, "extensions": ext}
+
+
+def format_error(error: GraphQLError) -> dict:
+    original = error.original_error
+    out: dict[str, Any] = {"message": error.message}
+    if error.locations:
+        out["locations"] = [{"line": loc.line, "column": loc.column} for loc in error.locations]
+    if error.path:
+        out["path"] = list(error.path)
+    if isinstance(original, LedgerError):
+        out["message"] = original.message
+        out["extensions"] = original.as_extensions()
+    elif original is None or isinstance(original, (ValueError, TypeError)) and not error.path:
+        # Syntax, validation and variable-coercion errors: the document or its variables are wrong.
+        out["extensions"] = {"code": "graphql_validation_failed",
+                             "hint": "check the document and its variables against the schema (see GraphiQL)"}
+    else:
+        log.exception("unexpected error in a resolver", exc_info=original)
+        out["message"] = "internal error: the request was rolled back"
+        out["extensions"] = {"code": "internal_error",
+                             "hint": "this is a bug in the ledger; the request changed nothing"}
+    return out
+
+
+class GraphQLEndpoint:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    async def __call__(self, request: Request) -> Response:
+        if request.method == "GET":
+            return HTMLResponse(graphiql_page(self.services))
+        started = time.perf_counter()
+        try:
+            response = await self._post(request)
+        finally:
+            REQUEST_SECONDS.observe(time.perf_counter() - started)
+        return response
+
+    async def _post(self, request: Request) -> Response:
+        settings = self.services.settings
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > settings.max_body_bytes:
+            REQUESTS.labels("too_large").inc()
+            return _json({"errors": [error_payload(
+                f"the request body exceeds {settings.max_body_bytes} bytes", "request_too_large",
+                "send a smaller document or variables")]}, 413)
+        body = await request.body()
+        if len(body) > settings.max_body_bytes:
+            REQUESTS.labels("too_large").inc()
+            return _json({"errors": [error_payload(
+                f"the request body exceeds {settings.max_body_bytes} bytes", "request_too_large",
+                "send a smaller document or variables")]}, 413)
+        try:
+            params = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            try:
+                import json
+
+                params = json.loads(body)  # numbers beyond 64 bits are still JSON
+            except ValueError:
+                REQUESTS.labels("bad_request").inc()
+                return _json({"errors": [error_payload(f"the body is not valid JSON: {exc}", "bad_request",
+                                                       "send a JSON object {query, variables, operationName}")]}, 400)
+        if not isinstance(params, dict) or not isinstance(params.get("query"), str):
+            REQUESTS.labels("bad_request").inc()
+            return _json({"errors": [error_payload("the body needs a `query` string", "bad_request",
+                                                   "send a JSON object {query, variables, operationName}")]}, 400)
+        variables = params.get("variables")
+        operation_name = params.get("operationName")
+        if variables is not None and not isinstance(variables, dict) or (
+                operation_name is not None and not isinstance(operation_name, str)):
+            REQUESTS.labels("bad_request").inc()
+            return _json({"errors": [error_payload("`variables` must be an object and `operationName` a string",
+                                                   "bad_request")]}, 400)
+        try:
+            claims = self._authenticate(request)
+            deadline = self._deadline(request)
+        except LedgerError as exc:
+            REQUESTS.labels(exc.code).inc()
+            status = 401 if isinstance(exc, Unauthenticated) else 400
+            return _json({"errors": [error_payload(exc.message, exc.code, exc.hint)]}, status)
+        dry_run = request.headers.get("ledger-dry-run", "").strip().lower() == "true"
+        payload, status = await run_in_threadpool(
+            self.execute, claims, params["query"], variables, operation_name, deadline, dry_run)
+        return _json(payload, status)
+
+    def _authenticate(self, request: Request):
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthenticated("this request carries no bearer token",
+                                  hint="send `Authorization: Bearer <token>`; `ledger token` mints one")
+        return self.services.tokens.verify(token.strip())
+
+    def _deadline(self, request: Request) -> float:
+        settings = self.services.settings
+        raw = request.headers.get("request-timeout")
+        seconds = settings.request_timeout
+        if raw:
+            try:
+                seconds = float(raw.rstrip("s"))
+            except ValueError:
+                raise LedgerError(f"Request-Timeout {raw!r} is not a number of seconds", code="bad_request",
+                                  hint="send e.g. `Request-Timeout: 10`") from None
+            if not 0 < seconds <= settings.max_request_timeout:
+                raise LedgerError(f"Request-Timeout must be between 0 and {settings.max_request_timeout:.0f} s",
+                                  code="bad_request")
+        return time.monotonic() + seconds
+
+    # ------------------------------------------------------------------ on a worker thread
+
+    def execute(self, claims, query: str, variables: dict | None, operation_name: str | None,
+                deadline: float, dry_run: bool) -> tuple[dict, int]:
+        attempts = self.services.settings.race_retries + 1
+        for attempt in range(attempts):
+            try:
+                payload, status = self._execute_once(claims, query, variables, operation_name, deadline, dry_run)
+            except Retryable as exc:
+                if attempt + 1 < attempts and exc.race and time.monotonic() < deadline:
+                    time.sleep(random.uniform(0.001, 0.01 * 2**attempt))
+                    continue
+                REQUESTS.labels("retryable").inc()
+                return {"data": None, "errors": [error_payload(exc.message, exc.code, exc.hint, retryable=True)]}, 200
+            except Unauthenticated as exc:
+                REQUESTS.labels("unauthenticated").inc()
+                return {"errors": [error_payload(exc.message, exc.code, exc.hint)]}, 401
+            REQUESTS.labels("error" if payload.get("errors") else "ok").inc()
+            return payload, status
+        raise AssertionError("unreachable")
+
+    def _execute_once(self, claims, query, variables, operation_name, deadline, dry_run) -> tuple[dict, int]:
+        services = self.services
+        try:
+            with services.db.transaction(claims.tenant_id, deadline=deadline, rollback=dry_run) as conn:
+                principal, policies = load_principal(conn, claims.tenant_id, claims.client_id, claims.raw)
+                statements, _ = parse_policies(policies)
+                chain = Chain((Layer(f'client "{principal.client_name}" ({principal.client_id})', statements),))
+                scope = Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline)
+                result = schema.execute_sync(query, variable_values=variables, context_value=RequestContext(scope),
+                                             operation_name=operation_name)
+                payload: dict[str, Any] = {"data": result.data}
+                if result.errors:
+                    race = _first_retryable(result.errors)
+                    if race is not None:
+                        raise race
+                    payload["errors"] = [format_error(e) for e in result.errors]
+                    status = 400 if result.data is None and all(e.original_error is None for e in result.errors) else 200
+                    raise _RollBack({**payload, "_status": status})
+        except _RollBack as rolled_back:
+            status = rolled_back.payload.pop("_status")
+            return rolled_back.payload, status
+        return payload, 200
+
+
+def _first_retryable(errors: list[GraphQLError]) -> Retryable | None:
+    """A transient database failure anywhere fails the whole request as `retryable`."""
+    import psycopg
+
+    from ..db.pool import as_ledger_error
+
+    for error in errors:
+        original = error.original_error
+        if isinstance(original, Retryable):
+            return original
+        if isinstance(original, psycopg.Error):
+            translated = as_ledger_error(original)
+            if isinstance(translated, Retryable):
+                return translated
+    return None
+
+
+def build_app(services: Services) -> Starlette:
+    graphql_endpoint = GraphQLEndpoint(services)
+
+    async def endpoint(request: Request) -> Response:
+        return await graphql_endpoint(request)
+
+    async def healthz(request: Request) -> Response:
+        def ping() -> bool:
+            try:
+                with services.db.pool.connection(timeout=2) as conn:
+                    conn.execute("SELECT 1")
+                return True
+            except Exception:  # noqa: BLE001 - any failure means unhealthy
+                return False
+
+        ok = await run_in_threadpool(ping)
+        return JSONResponse({"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503)
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    return Starlette(routes=[
+        Route("/graphql", endpoint, methods=["GET", "POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ])

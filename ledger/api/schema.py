@@ -1,0 +1,441 @@
+"""The GraphQL schema: root types, namespaces and inputs. Resolvers call services and nothing else."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Optional
+
+import strawberry
+from strawberry.scalars import JSON
+
+from ..db.paging import clamp_first
+from .context import mutation_step
+from .scalars import Int64
+from .types import (
+    Account,
+    Action,
+    ActionExecution,
+    ActionStatus,
+    Client,
+    Effect,
+    IssuedToken,
+    Operation,
+    Session,
+    Transfer,
+    Viewer,
+    scope_of,
+)
+
+# ---------------------------------------------------------------------------- inputs
+
+
+@strawberry.input
+class PolicyStatementInput:
+    effect: Effect
+    actions: list[Operation]
+    resources: list[str]
+    assertion: Optional[str] = None
+
+    def to_json(self) -> dict:
+        return {"effect": self.effect.value, "actions": [a.value for a in self.actions],
+                "resources": list(self.resources), "assertion": self.assertion}
+
+
+def policies_json(policies: Optional[list[PolicyStatementInput]]) -> list[dict]:
+    return [p.to_json() for p in policies or []]
+
+
+@strawberry.input
+class ClientInput:
+    name: str
+    policies: list[PolicyStatementInput]
+
+
+@strawberry.input
+class CreateAccountInput:
+    name: str
+    currency: str
+    allow_overdraft: Optional[bool] = None
+
+
+@strawberry.input
+class CreateTransferInput:
+    from_account_id: uuid.UUID
+    to_account_id: uuid.UUID
+    amount: Int64
+    memo: Optional[str] = None
+
+
+@strawberry.input
+class ActionWhere:
+    native: Optional[bool] = None
+    name: Optional[str] = None
+    kind: Optional[str] = None
+    status: Optional[ActionStatus] = None
+
+
+@strawberry.input
+class ToolOutputInput:
+    offload: Optional[str] = None
+
+
+@strawberry.input
+class ToolBlockInput:
+    name: str
+    description: str
+    input_schema: JSON
+    output_schema: Optional[JSON] = strawberry.UNSET
+    output: Optional[ToolOutputInput] = strawberry.UNSET
+    response_timeout: Optional[int] = strawberry.UNSET
+    session: Optional[bool] = strawberry.UNSET
+
+
+@strawberry.input
+class ToolReferenceInput:
+    name: str
+    version: Optional[int] = strawberry.UNSET
+    input: Optional[JSON] = strawberry.UNSET
+
+
+@strawberry.input
+class ExecutionSettingsInput:
+    max_attempts: Optional[int] = strawberry.UNSET
+    backoff_seconds: Optional[float] = strawberry.UNSET
+
+
+@strawberry.input
+class ActionInput:
+    name: str
+    kind: str
+    description: Optional[str] = strawberry.UNSET
+    config: Optional[JSON] = strawberry.UNSET
+    tool: Optional[ToolBlockInput] = strawberry.UNSET
+    policies: Optional[list[PolicyStatementInput]] = strawberry.UNSET
+    tools: Optional[list[ToolReferenceInput]] = strawberry.UNSET
+    execution: Optional[ExecutionSettingsInput] = strawberry.UNSET
+    enabled: Optional[bool] = strawberry.UNSET
+
+
+@strawberry.input
+class InvokeActionInput:
+    execution_id: uuid.UUID
+    action_version: Optional[int] = strawberry.UNSET
+    input: Optional[JSON] = strawberry.UNSET
+    session_id: Optional[uuid.UUID] = strawberry.UNSET
+
+
+@strawberry.input
+class StartActionInput:
+    execution_id: uuid.UUID
+    action_version: Optional[int] = strawberry.UNSET
+    input: Optional[JSON] = strawberry.UNSET
+    run_at: Optional[datetime.datetime] = strawberry.UNSET
+
+
+def _given(value):
+    return None if value is strawberry.UNSET else value
+
+
+def action_input_json(value: ActionInput) -> dict:
+    """The definition as a plain document in the contract's field names; omitted fields are absent."""
+
+    def put(target: dict, key: str, val) -> None:
+        if val is not strawberry.UNSET:
+            target[key] = val
+
+    doc: dict = {"name": value.name, "kind": value.kind}
+    put(doc, "description", value.description)
+    put(doc, "config", value.config)
+    put(doc, "enabled", value.enabled)
+    if value.tool is not strawberry.UNSET:
+        if value.tool is None:
+            doc["tool"] = None
+        else:
+            tool = {"name": value.tool.name, "description": value.tool.description,
+                    "inputSchema": value.tool.input_schema}
+            put(tool, "outputSchema", value.tool.output_schema)
+            put(tool, "responseTimeout", value.tool.response_timeout)
+            put(tool, "session", value.tool.session)
+            if value.tool.output is not strawberry.UNSET:
+                tool["output"] = None if value.tool.output is None else {"offload": value.tool.output.offload}
+            doc["tool"] = tool
+    if value.policies is not strawberry.UNSET:
+        doc["policies"] = None if value.policies is None else policies_json(value.policies)
+    if value.tools is not strawberry.UNSET:
+        refs = None
+        if value.tools is not None:
+            refs = []
+            for ref in value.tools:
+                item: dict = {"name": ref.name}
+                put(item, "version", ref.version)
+                put(item, "input", ref.input)
+                refs.append(item)
+        doc["tools"] = refs
+    if value.execution is not strawberry.UNSET:
+        if value.execution is None:
+            doc["execution"] = None
+        else:
+            settings: dict = {}
+            put(settings, "maxAttempts", value.execution.max_attempts)
+            put(settings, "backoffSeconds", value.execution.backoff_seconds)
+            doc["execution"] = settings
+    return doc
+
+
+# ---------------------------------------------------------------------------- queries
+
+
+@strawberry.type
+class FinancialQuery:
+    @strawberry.field
+    def account(self, info: strawberry.Info, id: uuid.UUID) -> Optional[Account]:
+        from ..domain import accounts
+
+        row = accounts.get_account(scope_of(info), id)
+        return Account.from_row(row) if row else None
+
+    @strawberry.field
+    def accounts(self, info: strawberry.Info, first: Optional[int] = 50, after: Optional[str] = None) -> list[Account]:
+        from ..domain import accounts
+
+        return [Account.from_row(r) for r in accounts.list_accounts(scope_of(info), clamp_first(first, 50), after)]
+
+    @strawberry.field
+    def transfer(self, info: strawberry.Info, id: uuid.UUID) -> Optional[Transfer]:
+        from ..domain import accounts
+
+        row = accounts.get_transfer(scope_of(info), id)
+        return Transfer.from_row(row) if row else None
+
+    @strawberry.field
+    def transfers(self, info: strawberry.Info, account_id: Optional[uuid.UUID] = None, first: Optional[int] = 50,
+                  after: Optional[str] = None) -> list[Transfer]:
+        from ..domain import accounts
+
+        rows = accounts.list_transfers(scope_of(info), account_id, clamp_first(first, 50), after)
+        return [Transfer.from_row(r) for r in rows]
+
+
+@strawberry.type
+class ActionsQuery:
+    @strawberry.field
+    def action(self, info: strawberry.Info, id: uuid.UUID, version: Optional[int] = None) -> Optional[Action]:
+        from ..actions import registry
+
+        record = registry.get_action(scope_of(info), id, version)
+        return Action.from_record(record) if record else None
+
+    @strawberry.field
+    def actions(self, info: strawberry.Info, where: Optional[ActionWhere] = None, first: Optional[int] = 100,
+                after: Optional[str] = None) -> list[Action]:
+        from ..actions import registry
+
+        filters = {}
+        if where is not None:
+            filters = {"native": where.native, "name": where.name, "kind": where.kind,
+                       "status": where.status.value if where.status else None}
+        records = registry.list_actions(scope_of(info), filters, clamp_first(first, 100), after)
+        return [Action.from_record(r) for r in records]
+
+    @strawberry.field
+    def execution(self, info: strawberry.Info, id: uuid.UUID) -> Optional[ActionExecution]:
+        from ..executions import records
+
+        record = records.get_execution(scope_of(info), id)
+        return ActionExecution.from_record(record) if record else None
+
+    @strawberry.field
+    def session(self, info: strawberry.Info, id: uuid.UUID) -> Optional[Session]:
+        from ..executions import sessions
+
+        row = sessions.get_session(scope_of(info), id)
+        return Session.from_row(row) if row else None
+
+
+@strawberry.type
+class Query:
+    @strawberry.field
+    def actions(self) -> ActionsQuery:
+        return ActionsQuery()
+
+    @strawberry.field
+    def financial(self) -> FinancialQuery:
+        return FinancialQuery()
+
+    @strawberry.field
+    def viewer(self, info: strawberry.Info) -> Viewer:
+        principal = scope_of(info).principal
+        return Viewer(tenant_id=principal.tenant_id, client_id=principal.client_id,
+                      client_name=principal.client_name)
+
+
+# ---------------------------------------------------------------------------- mutations
+
+
+@strawberry.type
+class FinancialMutation:
+    @strawberry.mutation
+    @mutation_step
+    def create_account(self, info: strawberry.Info, id: uuid.UUID, input: CreateAccountInput) -> Account:
+        from ..domain import accounts
+
+        row = accounts.create_account(scope_of(info), id, input.name, input.currency, bool(input.allow_overdraft))
+        return Account.from_row(row)
+
+    @strawberry.mutation
+    @mutation_step
+    def create_transfer(self, info: strawberry.Info, id: uuid.UUID, input: CreateTransferInput) -> Transfer:
+        from ..domain import accounts
+
+        row = accounts.create_transfer(scope_of(info), id, input.from_account_id, input.to_account_id,
+                                       input.amount, input.memo)
+        return Transfer.from_row(row)
+
+
+@strawberry.type
+class ClientsMutation:
+    @strawberry.mutation
+    @mutation_step
+    def create_client(self, info: strawberry.Info, id: uuid.UUID, input: ClientInput) -> Client:
+        from ..auth import clients
+
+        return Client.from_row(clients.create_client(scope_of(info), id, input.name, policies_json(input.policies)))
+
+    @strawberry.mutation
+    @mutation_step
+    def update_client(self, info: strawberry.Info, id: uuid.UUID, input: ClientInput) -> Client:
+        from ..auth import clients
+
+        return Client.from_row(clients.update_client(scope_of(info), id, input.name, policies_json(input.policies)))
+
+    @strawberry.mutation
+    @mutation_step
+    def disable_client(self, info: strawberry.Info, id: uuid.UUID) -> Client:
+        from ..auth import clients
+
+        return Client.from_row(clients.disable_client(scope_of(info), id))
+
+    @strawberry.mutation
+    @mutation_step
+    def issue_token(self, info: strawberry.Info, client_id: uuid.UUID, ttl_seconds: Optional[int] = None) -> IssuedToken:
+        from ..auth import clients
+
+        token, expires = clients.issue_token(scope_of(info), client_id, ttl_seconds)
+        expires_at = datetime.datetime.fromtimestamp(expires, datetime.timezone.utc) if expires else None
+        return IssuedToken(token=token, expires_at=expires_at)
+
+
+@strawberry.type
+class ActionsMutation:
+    @strawberry.mutation
+    @mutation_step
+    def create_action(self, info: strawberry.Info, id: uuid.UUID, input: ActionInput) -> Action:
+        from ..actions import registry
+
+        return Action.from_record(registry.create_action(scope_of(info), id, action_input_json(input)))
+
+    @strawberry.mutation
+    @mutation_step
+    def update_action(self, info: strawberry.Info, id: uuid.UUID, input: ActionInput) -> Action:
+        from ..actions import registry
+
+        return Action.from_record(registry.update_action(scope_of(info), id, action_input_json(input)))
+
+    @strawberry.mutation
+    @mutation_step
+    def publish_action(self, info: strawberry.Info, id: uuid.UUID) -> Action:
+        from ..actions import registry
+
+        return Action.from_record(registry.publish_action(scope_of(info), id))
+
+    @strawberry.mutation
+    @mutation_step
+    def disable_action(self, info: strawberry.Info, id: uuid.UUID) -> Action:
+        from ..actions import registry
+
+        return Action.from_record(registry.disable_action(scope_of(info), id))
+
+    @strawberry.mutation
+    @mutation_step
+    def enable_action(self, info: strawberry.Info, id: uuid.UUID) -> Action:
+        from ..actions import registry
+
+        return Action.from_record(registry.enable_action(scope_of(info), id))
+
+    @strawberry.mutation
+    @mutation_step
+    def delete_action(self, info: strawberry.Info, id: uuid.UUID) -> Action:
+        from ..actions import registry
+
+        return Action.from_record(registry.delete_action(scope_of(info), id))
+
+    @strawberry.mutation
+    @mutation_step
+    def invoke_action(self, info: strawberry.Info, id: uuid.UUID, input: InvokeActionInput) -> ActionExecution:
+        from ..executions import invoke
+
+        record = invoke.invoke_action(
+            scope_of(info), id, input.execution_id, _given(input.action_version),
+            None if input.input is strawberry.UNSET else input.input, _given(input.session_id),
+        )
+        return ActionExecution.from_record(record)
+
+    @strawberry.mutation
+    @mutation_step
+    def start_action(self, info: strawberry.Info, id: uuid.UUID, input: StartActionInput) -> ActionExecution:
+        from ..queue import start
+
+        record = start.start_action(
+            scope_of(info), id, input.execution_id, _given(input.action_version),
+            None if input.input is strawberry.UNSET else input.input, _given(input.run_at),
+        )
+        return ActionExecution.from_record(record)
+
+    @strawberry.mutation
+    @mutation_step
+    def cancel_execution(self, info: strawberry.Info, id: uuid.UUID) -> ActionExecution:
+        from ..queue import start
+
+        return ActionExecution.from_record(start.cancel_execution(scope_of(info), id))
+
+    @strawberry.mutation
+    @mutation_step
+    def close_session(self, info: strawberry.Info, id: uuid.UUID) -> Session:
+        from ..executions import sessions
+
+        return Session.from_row(sessions.close_session(scope_of(info), id))
+
+
+@strawberry.type
+class Mutation:
+    @strawberry.field
+    def actions(self) -> ActionsMutation:
+        return ActionsMutation()
+
+    @strawberry.field
+    def financial(self) -> FinancialMutation:
+        return FinancialMutation()
+
+    @strawberry.field
+    def clients(self) -> ClientsMutation:
+        return ClientsMutation()
+
+
+def build_schema() -> strawberry.Schema:
+    from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, ParserCache, QueryDepthLimiter, ValidationCache
+
+    return strawberry.Schema(
+        query=Query,
+        mutation=Mutation,
+        extensions=[
+            lambda: MaxTokensLimiter(max_token_count=20_000),
+            lambda: QueryDepthLimiter(max_depth=15),
+            lambda: MaxAliasesLimiter(max_alias_count=200),
+            lambda: ParserCache(maxsize=1024),
+            lambda: ValidationCache(maxsize=1024),
+        ],
+    )
+
+
+schema = build_schema()

@@ -1,0 +1,42 @@
+"""The long-lived parts one process shares between requests: database, tokens, executors, caches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .auth.tokens import TokenService, load_signing_key
+from .config import Settings
+from .db.pool import Database
+
+
+@dataclass
+class Services:
+    settings: Settings
+    db: Database
+    tokens: TokenService
+    executors: Any = None  # ledger.runtime.ExecutorPool, started lazily on the first program run
+    caches: dict = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, settings: Settings, conninfo: str) -> "Services":
+        tokens = TokenService(load_signing_key(conninfo))
+        db = Database.open(conninfo, min_size=settings.pool_min, max_size=settings.pool_max,
+                           wait_timeout=settings.pool_wait)
+        return cls(settings=settings, db=db, tokens=tokens)
+
+    def executor_pool(self):
+        if self.executors is None:
+            from .runtime import ExecutorPool
+
+            pool = ExecutorPool(size=self.settings.executors,
+                                memory_limit_bytes=self.settings.executor_memory_bytes,
+                                max_payload_bytes=self.settings.max_payload_bytes)
+            pool.start()
+            self.executors = pool
+        return self.executors
+
+    def close(self) -> None:
+        if self.executors is not None:
+            self.executors.close()
+        self.db.close()

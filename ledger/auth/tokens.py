@@ -1,0 +1,84 @@
+"""Bearer tokens: HS256 JWTs with `tenant`, `sub` (the client id), `iat` and optional `exp`.
+
+The signing key is LEDGER_JWT_SECRET when set; otherwise one is generated on first use and stored in
+`ledger_secrets`, which only the owner role can read, so every process against one database signs
+and verifies with the same key.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+import psycopg
+
+from ..errors import Unauthenticated
+
+ALGORITHM = "HS256"
+_SECRET_NAME = "jwt_signing_key"
+
+
+@dataclass(frozen=True)
+class TokenClaims:
+    tenant_id: uuid.UUID
+    client_id: uuid.UUID
+    issued_at: int
+    expires_at: int | None
+    raw: dict[str, Any]
+
+
+def load_signing_key(owner_conninfo: str) -> str:
+    """The key from the environment, else the one stored in the database (created once)."""
+    from_env = os.environ.get("LEDGER_JWT_SECRET")
+    if from_env:
+        return from_env
+    with psycopg.connect(owner_conninfo, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO ledger_secrets (name, value) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING",
+            (_SECRET_NAME, secrets.token_urlsafe(48)),
+        )
+        row = conn.execute("SELECT value FROM ledger_secrets WHERE name = %s", (_SECRET_NAME,)).fetchone()
+    return row[0]
+
+
+class TokenService:
+    def __init__(self, signing_key: str) -> None:
+        self._key = signing_key
+
+    def mint(self, tenant_id: uuid.UUID, client_id: uuid.UUID, ttl_seconds: int | None = None,
+             *, now: int | None = None) -> tuple[str, int | None]:
+        issued = int(now if now is not None else time.time())
+        claims: dict[str, Any] = {"tenant": str(tenant_id), "sub": str(client_id), "iat": issued}
+        expires = None
+        if ttl_seconds is not None:
+            expires = issued + int(ttl_seconds)
+            claims["exp"] = expires
+        return jwt.encode(claims, self._key, algorithm=ALGORITHM), expires
+
+    def verify(self, token: str) -> TokenClaims:
+        try:
+            # Pinning the algorithm list rejects `alg: none` and algorithm confusion.
+            claims = jwt.decode(
+                token, self._key, algorithms=[ALGORITHM], leeway=0,
+                options={"require": ["tenant", "sub", "iat"], "verify_exp": True},
+            )
+        except jwt.ExpiredSignatureError as exc:
+            raise Unauthenticated("the token has expired", hint="mint a new token with `ledger token` or issueToken") from exc
+        except jwt.InvalidTokenError as exc:
+            raise Unauthenticated(f"the token is not valid: {exc}",
+                                  hint="send `Authorization: Bearer <token>` with a token this server issued") from exc
+        exp = claims.get("exp")
+        # PyJWT accepts a token at exactly its exp second; expiry has no leeway here.
+        if exp is not None and time.time() >= exp:
+            raise Unauthenticated("the token has expired", hint="mint a new token with `ledger token` or issueToken")
+        try:
+            tenant_id = uuid.UUID(str(claims["tenant"]))
+            client_id = uuid.UUID(str(claims["sub"]))
+        except ValueError as exc:
+            raise Unauthenticated("the token's tenant or subject is not a UUID") from exc
+        return TokenClaims(tenant_id, client_id, int(claims["iat"]), exp, claims)

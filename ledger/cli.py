@@ -1,0 +1,268 @@
+"""The `ledger` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import uuid
+from pathlib import Path
+
+from .config import Settings
+from .errors import LedgerError
+
+log = logging.getLogger("ledger")
+
+
+# ---------------------------------------------------------------------------- the database to use
+
+
+class Attached:
+    """A database conninfo, plus the embedded cluster behind it when we are using one."""
+
+    def __init__(self, conninfo: str, cluster=None) -> None:
+        self.conninfo = conninfo
+        self.cluster = cluster
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+
+
+EMBEDDED_DATABASE = "ledger"
+
+
+def attach(settings: Settings, *, migrate: bool = True) -> Attached:
+    """Use LEDGER_DATABASE_URL, or start (or join) the embedded cluster of the data dir."""
+    from .db.migrate import apply_migrations
+
+    if settings.database_url:
+        attached = Attached(settings.database_url)
+    else:
+        from .db.cluster import EmbeddedCluster
+
+        cluster = EmbeddedCluster(settings.data_dir / "pg")
+        created = cluster.ensure_initialized()
+        if created:
+            print(f"initialized an embedded PostgreSQL cluster in {cluster.data}", file=sys.stderr)
+        started = cluster.start()
+        ensure_database(cluster.url(), EMBEDDED_DATABASE)
+        attached = Attached(cluster.url(EMBEDDED_DATABASE), cluster if started else None)
+    if migrate:
+        applied = apply_migrations(attached.conninfo)
+        for name in applied:
+            print(f"applied migration {name}", file=sys.stderr)
+    return attached
+
+
+def ensure_database(admin_conninfo: str, name: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(admin_conninfo, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            try:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            except psycopg.errors.DuplicateDatabase:
+                pass
+
+
+# ---------------------------------------------------------------------------- admin identity on disk
+
+
+def _admin_file(settings: Settings) -> Path:
+    return settings.data_dir / "admin.json"
+
+
+def write_admin(settings: Settings, tenant_id: uuid.UUID, client_id: uuid.UUID, token: str) -> Path:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    token_path = settings.data_dir / "admin-token"
+    fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    os.chmod(token_path, 0o600)
+    _admin_file(settings).write_text(json.dumps({"tenant": str(tenant_id), "client": str(client_id)}))
+    return token_path
+
+
+def read_admin(settings: Settings) -> dict | None:
+    try:
+        return json.loads(_admin_file(settings).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def cmd_schema(args: argparse.Namespace, settings: Settings) -> int:
+    from .api.sdl import schema_sdl
+
+    sys.stdout.write(schema_sdl())
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    attached = attach(settings)
+    try:
+        print("migrations are up to date")
+    finally:
+        attached.close()
+    return 0
+
+
+def cmd_tenant_create(args: argparse.Namespace, settings: Settings) -> int:
+    from .auth.clients import create_tenant
+    from .auth.tokens import TokenService, load_signing_key
+
+    attached = attach(settings)
+    try:
+        tenant_id, admin_id = create_tenant(attached.conninfo, args.name)
+        token, _ = TokenService(load_signing_key(attached.conninfo)).mint(tenant_id, admin_id, args.ttl)
+    finally:
+        attached.close()
+    print(f"tenant {args.name!r}: {tenant_id}")
+    print(f"admin client: {admin_id}")
+    print(token)
+    return 0
+
+
+def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
+    import psycopg
+
+    from .auth.tokens import TokenService, load_signing_key
+
+    admin = read_admin(settings) or {}
+    tenant = args.tenant or admin.get("tenant")
+    client = args.client or admin.get("client")
+    if not tenant or not client:
+        raise LedgerError("no client to mint a token for", code="bad_request",
+                          hint="pass --tenant and --client (the embedded default's admin is used when both are omitted)")
+    tenant_id, client_id = uuid.UUID(tenant), uuid.UUID(client)
+    attached = attach(settings)
+    try:
+        with psycopg.connect(attached.conninfo, autocommit=True) as conn:
+            conn.execute("SET ROLE ledger_app")
+            with conn.transaction():
+                conn.execute("SELECT set_config('ledger.tenant_id', %s, true)", (str(tenant_id),))
+                row = conn.execute("SELECT enabled FROM clients WHERE tenant_id = %s AND id = %s",
+                                   (tenant_id, client_id)).fetchone()
+        if row is None:
+            raise LedgerError(f"no client {client_id} in tenant {tenant_id}", code="not_found",
+                              hint="check the ids; `ledger tenant create` prints a new tenant's admin client")
+        if not row[0]:
+            raise LedgerError(f"client {client_id} is disabled", code="client_disabled")
+        token, _ = TokenService(load_signing_key(attached.conninfo)).mint(tenant_id, client_id, args.ttl)
+    finally:
+        attached.close()
+    print(token)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from .auth.clients import create_tenant
+    from .auth.tokens import TokenService, load_signing_key
+
+    attached = attach(settings)
+    try:
+        # Worker processes (uvicorn --workers) attach through the URL; the cluster stays ours.
+        os.environ["LEDGER_DATABASE_URL"] = attached.conninfo
+        os.environ["LEDGER_DATA_DIR"] = str(settings.data_dir.resolve())
+        os.environ["LEDGER_RUN_WORKER"] = "0" if args.no_worker else "1"
+        if settings.embedded:
+            admin = read_admin(settings)
+            token_path = settings.data_dir / "admin-token"
+            if admin is None or not token_path.exists():
+                tenant_id, admin_id = create_tenant(attached.conninfo, "default")
+                token, _ = TokenService(load_signing_key(attached.conninfo)).mint(tenant_id, admin_id, None)
+                token_path = write_admin(settings, tenant_id, admin_id, token)
+                print(f"created tenant 'default' ({tenant_id}) with an admin client ({admin_id})")
+                print(f"admin token (also in {token_path}):\n{token}")
+            token = token_path.read_text().strip()
+            print(f"GraphiQL: http://{settings.host}:{settings.port}/graphql#token={token}", flush=True)
+        else:
+            print(f"GraphQL: http://{settings.host}:{settings.port}/graphql", flush=True)
+        uvicorn.run("ledger.api.app:create_app", factory=True, host=settings.host, port=settings.port,
+                    workers=args.workers if args.workers > 1 else None, log_level=args.log_level,
+                    access_log=False, timeout_graceful_shutdown=10)
+    finally:
+        attached.close()
+    return 0
+
+
+# ---------------------------------------------------------------------------- entry point
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--database-url", help="PostgreSQL conninfo/URL (env LEDGER_DATABASE_URL); "
+                        "default: the embedded cluster of the data dir")
+    common.add_argument("--data-dir", help="where the embedded cluster and admin token live "
+                        "(env LEDGER_DATA_DIR, default ./.ledger)")
+
+    parser = argparse.ArgumentParser(prog="ledger", description="A transactional action ledger with a GraphQL API.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", parents=[common], help="run the GraphQL server")
+    serve.add_argument("--host", help="listen address (env LEDGER_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (env LEDGER_PORT, default 8000)")
+    serve.add_argument("--workers", type=int, default=1, help="server processes (default 1)")
+    serve.add_argument("--no-worker", action="store_true", help="do not run an in-process queue worker")
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(func=cmd_serve)
+
+    migrate = sub.add_parser("migrate", parents=[common], help="apply pending migrations")
+    migrate.set_defaults(func=cmd_migrate)
+
+    token = sub.add_parser("token", parents=[common], help="mint a bearer token for a client")
+    token.add_argument("--client", help="client id (default: the embedded admin)")
+    token.add_argument("--tenant", help="tenant id (default: the embedded admin's tenant)")
+    token.add_argument("--ttl", type=int, help="lifetime in seconds (default: no expiry)")
+    token.set_defaults(func=cmd_token)
+
+    tenant = sub.add_parser("tenant", help="tenant administration")
+    tenant_sub = tenant.add_subparsers(dest="tenant_command", required=True)
+    tenant_create = tenant_sub.add_parser("create", parents=[common], help="create a tenant and print its admin token")
+    tenant_create.add_argument("name")
+    tenant_create.add_argument("--ttl", type=int, help="admin token lifetime in seconds (default: no expiry)")
+    tenant_create.set_defaults(func=cmd_tenant_create)
+
+    schema = sub.add_parser("schema", help="print the GraphQL SDL")
+    schema.set_defaults(func=cmd_schema)
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    settings = Settings()
+    if getattr(args, "database_url", None):
+        settings.database_url = args.database_url
+    if getattr(args, "data_dir", None):
+        settings.data_dir = Path(args.data_dir)
+    if getattr(args, "host", None):
+        settings.host = args.host
+    if getattr(args, "port", None):
+        settings.port = args.port
+    return settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args, settings_from(args))
+    except LedgerError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

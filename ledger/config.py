@@ -1,0 +1,42 @@
+"""Configuration from options and the environment, in one place."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw else default
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw else default
+
+
+@dataclass
+class Settings:
+    database_url: str | None = field(default_factory=lambda: os.environ.get("LEDGER_DATABASE_URL") or None)
+    data_dir: Path = field(default_factory=lambda: Path(os.environ.get("LEDGER_DATA_DIR", ".ledger")))
+    host: str = field(default_factory=lambda: os.environ.get("LEDGER_HOST", "127.0.0.1"))
+    port: int = field(default_factory=lambda: _env_int("LEDGER_PORT", 8000))
+    # Requests: default deadline (Request-Timeout may lower or raise it up to the maximum).
+    request_timeout: float = field(default_factory=lambda: _env_float("LEDGER_REQUEST_TIMEOUT", 30.0))
+    max_request_timeout: float = 300.0
+    max_body_bytes: int = field(default_factory=lambda: _env_int("LEDGER_MAX_BODY_BYTES", 8 << 20))
+    # How many times the server retries a request that lost a race before answering `retryable`.
+    race_retries: int = 3
+    pool_min: int = field(default_factory=lambda: _env_int("LEDGER_POOL_MIN", 2))
+    pool_max: int = field(default_factory=lambda: _env_int("LEDGER_POOL_MAX", 20))
+    pool_wait: float = field(default_factory=lambda: _env_float("LEDGER_POOL_WAIT", 10.0))
+    # Sandbox executors.
+    executors: int = field(default_factory=lambda: _env_int("LEDGER_EXECUTORS", 2))
+    executor_memory_bytes: int = field(default_factory=lambda: _env_int("LEDGER_EXECUTOR_MEMORY", 1 << 30))
+    max_payload_bytes: int = field(default_factory=lambda: _env_int("LEDGER_MAX_PAYLOAD", 16 << 20))
+
+    @property
+    def embedded(self) -> bool:
+        return self.database_url is None

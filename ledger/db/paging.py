@@ -1,0 +1,48 @@
+"""Keyset pagination ordered by (created_at, id); the cursor is the id of the last item received."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from ..errors import InvalidInput
+
+MAX_PAGE = 500
+
+
+def clamp_first(first: int | None, default: int) -> int:
+    if first is None:
+        return default
+    if first < 0:
+        raise InvalidInput("`first` cannot be negative", hint="ask for 0 to 500 items")
+    return min(first, MAX_PAGE)
+
+
+def parse_cursor(after: str | None) -> uuid.UUID | None:
+    if after is None or after == "":
+        return None
+    try:
+        return uuid.UUID(after)
+    except ValueError as exc:
+        raise InvalidInput(f"{after!r} is not a cursor this server gave out",
+                           hint="pass the id of the last item you received as `after`") from exc
+
+
+def page_after(scope: Any, table: str, columns: str, first: int, after: str | None, *,
+               where: str | None = None, params: tuple = (), id_column: str = "id") -> list[dict]:
+    cursor = parse_cursor(after)
+    clauses = ["tenant_id = %s"]
+    args: list[Any] = [scope.tenant_id]
+    if where:
+        clauses.append(where)
+        args.extend(params)
+    if cursor is not None:
+        clauses.append(
+            f"(created_at, {id_column}) > (SELECT created_at, {id_column} FROM {table}"
+            f" WHERE tenant_id = %s AND {id_column} = %s LIMIT 1)"
+        )
+        args.extend([scope.tenant_id, cursor])
+    args.append(first)
+    sql = (f"SELECT {columns} FROM {table} WHERE {' AND '.join(clauses)}"
+           f" ORDER BY created_at, {id_column} LIMIT %s")
+    return scope.all(sql, args)

@@ -1,0 +1,134 @@
+"""Connections for requests and workers: a pool whose connections act as the application role.
+
+One request is one transaction at REPEATABLE READ: every read sees one snapshot, and a concurrent
+update of a row this transaction also updates (an account balance) fails with a serialization error
+instead of being lost. Such failures surface as `Retryable`; the API retries the whole request a
+bounded number of times before answering `retryable`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import errors as pgerrors
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ..errors import LedgerError, Retryable
+
+APP_ROLE = "ledger_app"
+
+# SQLSTATEs that mean "lost a race, try again": serialization_failure, deadlock_detected.
+_RACE_STATES = {"40001", "40P01"}
+_DEADLINE_STATES = {"57014"}  # query_canceled (statement_timeout)
+_CONNECTION_STATES_PREFIX = ("08", "57P")  # connection exceptions, admin/crash shutdown
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    conn.execute(f"SET ROLE {APP_ROLE}")
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+
+
+@dataclass
+class Database:
+    """The pool plus the owner conninfo (for migrations and secrets)."""
+
+    conninfo: str
+    pool: ConnectionPool
+
+    @classmethod
+    def open(cls, conninfo: str, *, min_size: int = 2, max_size: int = 20, wait_timeout: float = 10.0) -> "Database":
+        pool = ConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=wait_timeout,
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            configure=_configure,
+            check=ConnectionPool.check_connection,
+            open=False,
+            name="ledger",
+        )
+        pool.open(wait=True, timeout=30)
+        return cls(conninfo=conninfo, pool=pool)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextlib.contextmanager
+    def transaction(
+        self,
+        tenant_id: object | None,
+        *,
+        deadline: float | None = None,
+        rollback: bool = False,
+    ) -> Iterator[psycopg.Connection]:
+        """One transaction, scoped to a tenant by RLS, bounded by an absolute monotonic deadline."""
+        try:
+            conn_cm = self.pool.connection(timeout=_remaining(deadline, cap=self.pool.timeout))
+            conn = conn_cm.__enter__()
+        except PoolTimeout as exc:
+            raise Retryable(
+                "the server is busy: no database connection became free in time",
+                hint="retry the request after a short backoff",
+            ) from exc
+        try:
+            with translate_db_errors():
+                with conn.transaction(force_rollback=rollback):
+                    timeout_ms = max(1, int(_remaining(deadline, cap=300.0) * 1000))
+                    conn.execute(
+                        "SELECT set_config('ledger.tenant_id', %s, true),"
+                        " set_config('statement_timeout', %s, true)",
+                        (str(tenant_id) if tenant_id else "", str(timeout_ms)),
+                    )
+                    yield conn
+        except BaseException as exc:
+            conn_cm.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        else:
+            conn_cm.__exit__(None, None, None)
+
+
+def _remaining(deadline: float | None, *, cap: float) -> float:
+    if deadline is None:
+        return cap
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise Retryable("the request's deadline passed", hint="retry with a longer Request-Timeout")
+    return min(left, cap)
+
+
+def is_race(exc: BaseException) -> bool:
+    return isinstance(exc, psycopg.Error) and getattr(exc, "sqlstate", None) in _RACE_STATES
+
+
+@contextlib.contextmanager
+def translate_db_errors() -> Iterator[None]:
+    """Turn the database's transient failures into `Retryable`; others pass through."""
+    try:
+        yield
+    except LedgerError:
+        raise
+    except psycopg.Error as exc:
+        raise as_ledger_error(exc) from exc
+
+
+def as_ledger_error(exc: psycopg.Error) -> Exception:
+    state = getattr(exc, "sqlstate", None) or ""
+    if state in _RACE_STATES:
+        retry = Retryable(
+            "the transaction conflicted with a concurrent one and was rolled back",
+            hint="retry the request in a new transaction",
+        )
+        retry.race = True
+        return retry
+    if state in _DEADLINE_STATES:
+        return Retryable("the request's deadline passed while the database was working",
+                         hint="retry, or allow more time with the Request-Timeout header")
+    if isinstance(exc, (psycopg.OperationalError, pgerrors.AdminShutdown)) or state.startswith(_CONNECTION_STATES_PREFIX):
+        return Retryable("the database connection was interrupted", hint="retry the request")
+    return exc
