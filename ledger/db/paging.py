@@ -46,3 +46,22 @@ def page_after(scope: Any, table: str, columns: str, first: int, after: str | No
     sql = (f"SELECT {columns} FROM {table} WHERE {' AND '.join(clauses)}"
            f" ORDER BY created_at, {id_column} LIMIT %s")
     return scope.all(sql, args)
+
+
+def page_visible(scope: Any, resource: str, table: str, columns: str, first: int, after: str | None, *,
+                 where: str | None = None, params: tuple = (), id_column: str = "id") -> list[dict]:
+    """Up to `first` rows the chain lets the reader SELECT on `resource`, in (created_at, id) order.
+
+    Rows the reader may not see do not count toward the page: reading on past them keeps a short page
+    meaning "the end", so a client paging with `after` never stops early.
+    """
+    visible: list[dict] = []
+    cursor = after
+    while len(visible) < first:
+        batch = min(max(first - len(visible), 100), MAX_PAGE)
+        rows = page_after(scope, table, columns, batch, cursor, where=where, params=params, id_column=id_column)
+        visible.extend(scope.visible(resource, rows))
+        if len(rows) < batch:
+            break
+        cursor = str(rows[-1][id_column])
+    return visible[:first]

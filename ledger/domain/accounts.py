@@ -16,7 +16,7 @@ import uuid
 
 from ..errors import InvalidInput, LedgerError, NotFound
 from ..scope import Scope
-from ..db.paging import page_after
+from ..db.paging import page_visible
 
 ACCOUNT = "financial.Account.document"
 ACCOUNT_INDEX = "financial.Account.indexes.all"
@@ -88,8 +88,7 @@ def get_account(scope: Scope, account_id: uuid.UUID) -> dict | None:
 
 def list_accounts(scope: Scope, first: int, after: str | None) -> list[dict]:
     scope.require("SELECT", ACCOUNT_INDEX, index=True)
-    rows = page_after(scope, "accounts", _ACCOUNT_COLUMNS, first, after)
-    return scope.visible(ACCOUNT, rows)
+    return page_visible(scope, ACCOUNT, "accounts", _ACCOUNT_COLUMNS, first, after)
 
 
 # ---------------------------------------------------------------------------- transfers
@@ -163,9 +162,7 @@ def get_transfer(scope: Scope, transfer_id: uuid.UUID) -> dict | None:
 def list_transfers(scope: Scope, account_id: uuid.UUID | None, first: int, after: str | None) -> list[dict]:
     if account_id is None:
         scope.require("SELECT", TRANSFER_INDEX, index=True)
-        rows = page_after(scope, "transfers", _TRANSFER_COLUMNS, first, after)
-    else:
-        scope.require("SELECT", TRANSFER_BY_ACCOUNT_INDEX, index=True)
-        rows = page_after(scope, "transfers", _TRANSFER_COLUMNS, first, after,
-                          where="(from_account_id = %s OR to_account_id = %s)", params=(account_id, account_id))
-    return scope.visible(TRANSFER, rows)
+        return page_visible(scope, TRANSFER, "transfers", _TRANSFER_COLUMNS, first, after)
+    scope.require("SELECT", TRANSFER_BY_ACCOUNT_INDEX, index=True)
+    return page_visible(scope, TRANSFER, "transfers", _TRANSFER_COLUMNS, first, after,
+                        where="(from_account_id = %s OR to_account_id = %s)", params=(account_id, account_id))
