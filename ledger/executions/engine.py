@@ -1,0 +1,357 @@
+"""Running a call tree: one top-level call, its nested tool calls and native calls, inside the caller's
+transaction. Each call is a savepoint; each call is an execution row (buffered, written once at the end).
+
+The Starlark program runs in a sandbox executor leased for the whole tree; its host calls (`graphql()`,
+`cel()`, `tools.x()`) come back here on the request's thread, where the transaction and the chain live.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+
+from ..actions import natives
+from ..actions.schemas import first_error
+from ..errors import LedgerError, PermissionDenied
+from ..policy.cel import CelError, evaluate_expression
+from ..policy.chain import Layer
+from ..policy.statements import parse_policies
+from ..runtime import CallFailure, Program, RunOutcome
+from ..scope import Scope, ToolFrame
+from .records import PendingExecution, flush
+from .values import value_problem
+
+MAX_TOOL_DEPTH = 8
+MAX_CALLS_BENEATH = 1024
+DEFAULT_RESPONSE_TIMEOUT = 30.0
+
+
+class CallLimitExceeded(LedgerError):
+    code = "action_call_limit_exceeded"
+
+
+class _Failed(Exception):
+    """Leaves a call's savepoint so that its writes roll back."""
+
+    def __init__(self, code: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.hint = code, message, hint
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+@dataclass
+class CallTree:
+    """State shared by every call beneath one top-level call."""
+
+    scope: Scope
+    pending: list[PendingExecution] = field(default_factory=list)
+    calls_beneath: int = 0
+    stack: list[tuple[uuid.UUID, int]] = field(default_factory=list)
+    lease: Any = None
+
+    def executor(self):
+        if self.lease is None:
+            self.lease = self.scope.services.executor_pool().lease(timeout=max(0.1, self.scope.time_left()))
+        return self.lease
+
+    def close(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
+
+    def count_call(self) -> None:
+        self.calls_beneath += 1
+        if self.calls_beneath > MAX_CALLS_BENEATH:
+            raise CallFailure("action_call_limit_exceeded",
+                              f"more than {MAX_CALLS_BENEATH} calls beneath one call",
+                              "batch the work into fewer calls, or split it across several top-level calls")
+
+
+def child_execution_id(parent: uuid.UUID, attempt: int, sequence: int) -> uuid.UUID:
+    """Deterministic: the same program and input make the same calls with the same ids."""
+    return uuid.uuid5(parent, f"{attempt}:{sequence}")
+
+
+def tool_layer(record: dict) -> Layer:
+    if record["native"]:
+        return natives.NATIVE_TOOLS[record["name"]]["layer"]
+    statements, _ = parse_policies(record.get("policies") or [])
+    return Layer(f'tool "{record["name"]}" v{record["version"]}', statements)
+
+
+def response_deadline(record: dict, outer: float) -> float:
+    timeout_ms = (record.get("tool") or {}).get("responseTimeout")
+    seconds = timeout_ms / 1000 if timeout_ms else DEFAULT_RESPONSE_TIMEOUT
+    return min(outer, time.monotonic() + seconds)
+
+
+# ---------------------------------------------------------------------------- one call
+
+
+def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, execution_id: uuid.UUID,
+             parent_execution_id: uuid.UUID | None, root_execution_id: uuid.UUID, call_sequence: int | None,
+             depth: int, deadline: float, session_id: uuid.UUID | None = None) -> PendingExecution:
+    pending = PendingExecution(
+        execution_id=execution_id, action_id=record["action_id"], action_version=record["version"],
+        status="RUNNING", parent_execution_id=parent_execution_id, root_execution_id=root_execution_id,
+        call_sequence=call_sequence, depth=depth, client_id=scope.principal.client_id,
+        event={"eventType": "action.invoked", "data": input, "recordType": None, "recordId": None},
+        input=input, session_id=session_id, started_at=_now(),
+    )
+    tree.pending.append(pending)
+    deadline = response_deadline(record, deadline)
+    try:
+        with scope.savepoint():
+            _check_input(record, input)
+            if record["kind"] == "tool":
+                output = _run_program(scope, tree, record, input, pending, deadline)
+            else:
+                output = _run_native(scope, tree, record, input, pending)
+            _check_output(record, output)
+            pending.output = output
+            pending.status = "SUCCEEDED"
+    except _Failed as failed:
+        pending.status = "FAILED"
+        pending.error = {"code": failed.code, "message": failed.message, "hint": failed.hint}
+    pending.finished_at = _now()
+    return pending
+
+
+def _check_input(record: dict, input: Any) -> None:
+    problem = value_problem(input)
+    if problem:
+        raise _Failed("action_input_invalid", f"the input at {problem[0]}: {problem[1]}",
+                      f"fix the input at {problem[0]}")
+    schema = (record.get("tool") or {}).get("inputSchema")
+    if schema is not None:
+        error = first_error(schema, input)
+        if error:
+            raise _Failed("action_input_invalid", f"the input does not match the tool's inputSchema: {error[1]}",
+                          f"fix the input at {error[0]}")
+
+
+def _check_output(record: dict, output: Any) -> None:
+    problem = value_problem(output)
+    if problem:
+        raise _Failed("action_output_invalid", f"the output at {problem[0]}: {problem[1]}",
+                      "return JSON values only, nested at most 32 levels")
+    schema = (record.get("tool") or {}).get("outputSchema")
+    if schema is not None:
+        error = first_error(schema, output)
+        if error:
+            raise _Failed("action_output_invalid", f"the output does not match the tool's outputSchema: {error[1]}",
+                          f"the program returned a wrong value at {error[0]}")
+
+
+def resolve_tools(scope: Scope, record: dict) -> tuple[dict[str, dict], list[dict]]:
+    """The version each reference resolves to for this execution, by tool name."""
+    from ..actions.registry import load_action
+
+    by_name: dict[str, dict] = {}
+    resolved: list[dict] = []
+    origin: dict[str, str] = {}
+    for ref in record.get("tools") or []:
+        target = load_action(scope, uuid.UUID(str(ref["actionId"])), ref.get("actionVersion"))
+        if target is None:
+            raise _Failed("action_failure", f"the reference to {ref['name']!r} no longer resolves",
+                          "pin an existing version, or write the tool again")
+        tool_name = (target.get("tool") or {}).get("name") or target["name"]
+        if tool_name in by_name:
+            raise _Failed("action_failure",
+                          f"references {origin[tool_name]!r} and {ref['name']!r} both resolve to tool name "
+                          f"{tool_name!r}",
+                          "pin one of them to a version with another tool name, or rename one tool")
+        origin[tool_name] = ref["name"]
+        by_name[tool_name] = {**target, "reference": ref}
+        resolved.append({"name": tool_name, "actionId": str(target["action_id"]), "actionVersion": target["version"]})
+    return by_name, resolved
+
+
+def _run_program(scope: Scope, tree: CallTree, record: dict, input: Any, pending: PendingExecution,
+                 deadline: float) -> Any:
+    tools, pending.tools = resolve_tools(scope, record)
+    frame = ToolFrame(record["action_id"], record["version"], record["name"], pending.execution_id)
+    tool_scope = scope.within_tool(frame, scope.chain.extended(tool_layer(record)))
+    host = ToolHost(tool_scope, tree, pending, tools, deadline)
+    program = Program(key=(str(scope.tenant_id), str(record["action_id"]), record["version"]),
+                      source=record["config"]["src"], tool_names=tuple(sorted(tools)))
+    tree.stack.append((record["action_id"], record["version"]))
+    try:
+        outcome: RunOutcome = tree.executor().run(program, pending.event, host, deadline)
+    finally:
+        tree.stack.pop()
+    pending.logs = outcome.logs
+    if not outcome.ok:
+        raise _Failed(outcome.error_code or "action_failure", outcome.error_message or "the program failed",
+                      outcome.error_hint)
+    return outcome.output
+
+
+def _run_native(scope: Scope, tree: CallTree, record: dict, input: Any, pending: PendingExecution) -> Any:
+    """A native tool (or an action of a native kind) run directly as a call."""
+    native_scope = scope.within_tool(
+        ToolFrame(record["action_id"], record["version"], record["name"], pending.execution_id),
+        scope.chain.extended(tool_layer(record)),
+    )
+    if record["kind"] == "graphql":
+        data, errors = execute_graphql(native_scope, input["document"], input.get("variables"),
+                                       input.get("operationName"))
+        if errors:
+            code, message, hint = graphql_failure(errors)
+            raise _Failed(code, message, hint)
+        return {"data": data, "errors": None}
+    try:
+        return {"value": evaluate_expression(input["expression"], input.get("vars") or {})}
+    except CelError as exc:
+        raise _Failed("cel_error", exc.message, exc.hint) from exc
+
+
+# ---------------------------------------------------------------------------- host calls
+
+
+def execute_graphql(scope: Scope, document: str, variables: dict | None, operation_name: str | None):
+    """Run a document on the request's transaction under `scope`; returns (data, formatted errors)."""
+    from ..api.context import RequestContext
+    from ..api.http import format_error
+    from ..api.schema import schema
+
+    result = schema.execute_sync(document, variable_values=variables, context_value=RequestContext(scope),
+                                 operation_name=operation_name)
+    errors = [format_error(e) for e in result.errors] if result.errors else None
+    if result.errors:
+        for e in result.errors:
+            from ..db.pool import as_ledger_error
+            import psycopg
+
+            if isinstance(e.original_error, psycopg.Error):
+                raise as_ledger_error(e.original_error)
+    return result.data, errors
+
+
+def graphql_failure(errors: list[dict]) -> tuple[str, str, str | None]:
+    first = errors[0]
+    ext = first.get("extensions") or {}
+    code = ext.get("code") or "graphql_error"
+    if code == "permission_denied":
+        code = "action_permission_denied"
+    elif code in ("graphql_validation_failed", "internal_error", "not_executed", "invalid_input", "not_found"):
+        code = "graphql_error"
+    return code, first.get("message", "the document failed"), ext.get("hint")
+
+
+class ToolHost:
+    """The server side of one running program's host calls."""
+
+    def __init__(self, scope: Scope, tree: CallTree, pending: PendingExecution, tools: dict[str, dict],
+                 deadline: float) -> None:
+        self.scope = scope
+        self.tree = tree
+        self.pending = pending
+        self.tools = tools
+        self.deadline = deadline
+        self.sequence = 0
+
+    def _next_child(self) -> tuple[int, uuid.UUID]:
+        self.tree.count_call()
+        self.sequence += 1
+        return self.sequence, child_execution_id(self.pending.execution_id, self.pending.attempt, self.sequence)
+
+    def _native_child(self, name: str, input: Any, sequence: int, child_id: uuid.UUID) -> PendingExecution:
+        child = PendingExecution(
+            execution_id=child_id, action_id=natives.NATIVE_TOOLS[name]["id"], action_version=1, status="RUNNING",
+            parent_execution_id=self.pending.execution_id, root_execution_id=self.pending.root_execution_id,
+            call_sequence=sequence, depth=self.pending.depth + 1, client_id=self.scope.principal.client_id,
+            event={"eventType": "action.invoked", "data": input, "recordType": None, "recordId": None},
+            input=input, started_at=_now(),
+        )
+        self.tree.pending.append(child)
+        return child
+
+    def graphql(self, document: str, variables: dict | None, operation_name: str | None, check: bool) -> Any:
+        sequence, child_id = self._next_child()
+        input = {"document": document, "variables": variables, "operationName": operation_name}
+        child = self._native_child("graphql", input, sequence, child_id)
+        # A native child adds no tool frame: writes made through it stay attributed to the calling tool.
+        graphql_scope = replace(self.scope, chain=self.scope.chain.extended(natives.NATIVE_TOOLS["graphql"]["layer"]),
+                                _decisions={})
+        errors = None
+        try:
+            with self.scope.savepoint():
+                data, errors = execute_graphql(graphql_scope, document, variables, operation_name)
+                if errors:
+                    raise _Failed(*graphql_failure(errors))
+        except _Failed as failed:
+            child.status = "FAILED"
+            child.error = {"code": failed.code, "message": failed.message, "hint": failed.hint}
+            child.output = {"data": None, "errors": errors}
+            child.finished_at = _now()
+            if check:
+                raise CallFailure(failed.code, failed.message, failed.hint) from None
+            return {"data": None, "errors": errors}
+        child.status = "SUCCEEDED"
+        child.output = {"data": data, "errors": None}
+        child.finished_at = _now()
+        return data if check else {"data": data, "errors": None}
+
+    def cel(self, expression: str, variables: dict | None, check: bool) -> Any:
+        sequence, child_id = self._next_child()
+        child = self._native_child("cel", {"expression": expression, "vars": variables}, sequence, child_id)
+        child.finished_at = _now()
+        try:
+            value = evaluate_expression(expression, variables or {})
+        except CelError as exc:
+            child.status = "FAILED"
+            child.error = {"code": "cel_error", "message": exc.message, "hint": exc.hint}
+            if check:
+                raise CallFailure("cel_error", exc.message, exc.hint) from None
+            return {"status": "FAILED", "error": child.error, "executionId": str(child_id)}
+        child.status = "SUCCEEDED"
+        child.output = {"value": value}
+        return value
+
+    def call_tool(self, name: str, input: Any, check: bool) -> Any:
+        target = self.tools.get(name)
+        if target is None:
+            raise CallFailure("tool_not_declared", f"the program called `tools.{name}`, which its invocation did "
+                              "not resolve", "declare the tool in the action's `tools` references")
+        if self.pending.depth + 1 > MAX_TOOL_DEPTH:
+            raise CallFailure("action_call_limit_exceeded",
+                              f"calling {name!r} would go deeper than {MAX_TOOL_DEPTH} tool levels",
+                              "flatten the call tree")
+        if (target["action_id"], target["version"]) in self.tree.stack:
+            raise CallFailure("action_call_limit_exceeded",
+                              f"{name!r} v{target['version']} is already on the call stack; a call never re-enters it",
+                              "restructure the tools so that none calls back into its caller")
+        if target["status"] != "ACTIVE" or target["pending"] or not target["enabled"]:
+            raise CallFailure("action_failure", f"the tool {name!r} is not callable ({target['status']})",
+                              "publish or enable the tool it references")
+        sequence, child_id = self._next_child()
+        child = run_call(self.scope, self.tree, target, input, execution_id=child_id,
+                         parent_execution_id=self.pending.execution_id,
+                         root_execution_id=self.pending.root_execution_id, call_sequence=sequence,
+                         depth=self.pending.depth + 1, deadline=self.deadline)
+        if child.status == "SUCCEEDED":
+            if check:
+                return child.output
+            return {"status": "SUCCEEDED", "output": child.output, "executionId": str(child_id)}
+        if check:
+            raise CallFailure(child.error["code"], child.error["message"], child.error.get("hint"))
+        return {"status": "FAILED", "error": child.error, "executionId": str(child_id)}
+
+
+def output_size(value: Any) -> int:
+    try:
+        return len(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):
+        return -1
+
+
+__all__ = ["CallTree", "run_call", "flush", "PermissionDenied", "CallLimitExceeded"]

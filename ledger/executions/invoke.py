@@ -1,0 +1,122 @@
+"""invokeAction: run a tool synchronously inside the caller's transaction."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+
+from ..actions.registry import ACTION, as_document, load_action
+from ..errors import LedgerError, Retryable
+from ..scope import Scope
+from .engine import MAX_CALLS_BENEATH, CallLimitExceeded, CallTree, run_call
+from .records import EXECUTION, execution_document, flush, load_execution, record_of
+
+TREE_KEY = "call_tree"
+
+
+class ActionNotCallable(LedgerError):
+    code = "action_not_callable"
+
+
+class ExecutionIdConflict(LedgerError):
+    code = "execution_id_conflict"
+
+
+def callable_record(scope: Scope, action_id: uuid.UUID, version: int | None) -> dict:
+    """The version to run, or `action_not_callable` saying why not."""
+    record = load_action(scope, action_id, version)
+    if record is None:
+        latest = load_action(scope, action_id)
+        if latest is None:
+            raise ActionNotCallable(f"no action {action_id}", hint="check the id; actions(where: {name}) finds it")
+        raise ActionNotCallable(f"action {latest['name']!r} has no version {version}",
+                                hint=f"call a version from 1 to {latest['latest_version']}, or omit actionVersion")
+    name = record["name"]
+    if record["status"] != "ACTIVE":
+        hint = {"UNPUBLISHED": "publish it with publishAction first", "DISABLED": "enable it with enableAction",
+                "DELETED": "deleted actions cannot be called"}[record["status"]]
+        raise ActionNotCallable(f"action {name!r} is {record['status']}", hint=hint)
+    if record["pending"]:
+        raise ActionNotCallable(f"action {name!r} has a pending {record['pending'].lower()}",
+                                hint="it stops taking calls while started executions drain")
+    if not record["enabled"]:
+        raise ActionNotCallable(f"version {record['version']} of {name!r} was written disabled",
+                                hint="call another version, or write an enabled one")
+    if not record.get("tool"):
+        raise ActionNotCallable(f"action {name!r} has no tool block", hint="only tools can be called")
+    return record
+
+
+def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, version: int | None, input: Any,
+                  session_id: uuid.UUID | None) -> dict:
+    tree: CallTree | None = scope.request_state.get(TREE_KEY)
+    if tree is not None and scope.frames:
+        # A nested invokeAction through graphql(): the re-entry check comes first.
+        record = load_action(scope, action_id, version)
+        if record is not None and (record["action_id"], record["version"]) in tree.stack:
+            raise CallLimitExceeded(f"{record['name']!r} v{record['version']} is already on the call stack",
+                                    hint="a call never re-enters a tool version already running")
+    # Serialize requests that use the same executionId, so that two of them never both run it.
+    scope.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{scope.tenant_id}:{execution_id}",))
+    existing = load_execution(scope, execution_id)
+    if existing is not None:
+        return _repeat(scope, existing, action_id, version, input)
+    record = load_action(scope, action_id, version)
+    if record is not None:
+        scope.require("SELECT", ACTION, as_document(record))
+        scope.require("INVOKE", ACTION, as_document(record))
+    record = callable_record(scope, action_id, version)
+    if record["tool"].get("session") or session_id is not None:
+        from .sessions import require_session_support
+
+        require_session_support(record)
+    new_row = {"tenant_id": scope.tenant_id, "id": execution_id, "action_id": action_id,
+               "action_version": record["version"], "status": "RUNNING", "parent_execution_id": None,
+               "root_execution_id": execution_id, "depth": 0, "client_id": scope.principal.client_id,
+               "session_id": None, "started": False}
+    scope.require("SELECT", EXECUTION, execution_document(new_row))
+    scope.require("INSERT", EXECUTION, execution_document(new_row))
+
+    own_tree = tree is None
+    if own_tree:
+        tree = CallTree(scope)
+        scope.request_state[TREE_KEY] = tree
+    parent = scope.writing_execution_id if not own_tree else None
+    try:
+        if not own_tree:
+            if tree.calls_beneath >= MAX_CALLS_BENEATH:
+                raise CallLimitExceeded(f"more than {MAX_CALLS_BENEATH} calls beneath one call",
+                                        hint="batch the work into fewer calls")
+            tree.calls_beneath += 1
+        pending = run_call(scope, tree, record, input, execution_id=execution_id, parent_execution_id=parent,
+                           root_execution_id=execution_id if own_tree else tree.pending[0].root_execution_id,
+                           call_sequence=None, depth=0 if own_tree else len(tree.stack),
+                           deadline=scope.deadline)
+    finally:
+        if own_tree:
+            scope.request_state.pop(TREE_KEY, None)
+            tree.close()
+    if not own_tree:
+        return pending.as_record(scope.one("SELECT now() AS now")["now"])
+    try:
+        created_at = flush(scope, tree.pending)
+    except psycopg.errors.UniqueViolation as exc:
+        retry = Retryable("another request recorded this executionId at the same time",
+                          hint="retry: the repeat returns the recorded execution")
+        retry.race = True
+        raise retry from exc
+    return pending.as_record(created_at)
+
+
+def _repeat(scope: Scope, existing: dict, action_id: uuid.UUID, version: int | None, input: Any) -> dict:
+    """The recorded execution for a repeated executionId, or a conflict when it was used for another call."""
+    scope.require("SELECT", EXECUTION, execution_document(existing))
+    same_version = version is None or version == existing["action_version"]
+    if existing["action_id"] != action_id or not same_version or existing["input"] != input:
+        raise ExecutionIdConflict(
+            f"executionId {existing['id']} was already used for another call",
+            hint="use a new executionId for a new call; repeat a call only with the same action and input",
+        )
+    return record_of(existing)

@@ -1,0 +1,146 @@
+"""Execution records: reads (authorized per record) and the buffered writer of a call tree.
+
+A call tree of 1,000 native calls must not cost 1,000 INSERT round trips, so rows are buffered while the
+tree runs and written together once the top-level call has finished (psycopg's executemany pipelines
+them), inside the same transaction.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from ..scope import Scope
+
+EXECUTION = "financial.ActionExecution.document"
+EXECUTION_INDEX = "financial.ActionExecution.indexes.children"
+
+_COLUMNS = ("tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
+            " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input,"
+            " session_id, created_at")
+
+
+def execution_document(row: dict) -> dict:
+    """The execution as policies see it: its columns, with `execution_id` beside `id`."""
+    doc = {k: row.get(k) for k in ("tenant_id", "id", "action_id", "action_version", "status",
+                                   "parent_execution_id", "root_execution_id", "depth", "client_id",
+                                   "session_id", "started")}
+    doc["execution_id"] = row.get("id")
+    return doc
+
+
+def _record(row: dict, invocations: list[dict] | None = None) -> dict:
+    return {
+        "execution_id": row["id"], "action_id": row["action_id"], "action_version": row["action_version"],
+        "status": row["status"], "parent_execution_id": row["parent_execution_id"],
+        "root_execution_id": row["root_execution_id"], "call_sequence": row["call_sequence"],
+        "depth": row["depth"], "attempts": row["attempts"], "started": row["started"],
+        "started_by": row["started_by_execution_id"], "event": row["event"], "input": row["input"],
+        "session_id": row["session_id"], "created_at": row["created_at"], "client_id": row["client_id"],
+        "invocations": invocations,
+    }
+
+
+def load_execution(scope: Scope, execution_id: uuid.UUID) -> dict | None:
+    row = scope.one(f"SELECT {_COLUMNS} FROM executions WHERE tenant_id = %s AND id = %s",
+                    (scope.tenant_id, execution_id))
+    return row
+
+
+def get_execution(scope: Scope, execution_id: uuid.UUID) -> dict | None:
+    row = load_execution(scope, execution_id)
+    if row is None:
+        return None
+    scope.require("SELECT", EXECUTION, execution_document(row))
+    return _record(row)
+
+
+def record_of(row: dict, invocations: list[dict] | None = None) -> dict:
+    return _record(row, invocations)
+
+
+def children_of(scope: Scope, execution_id: uuid.UUID) -> list[dict]:
+    rows = scope.all(
+        f"SELECT {_COLUMNS} FROM executions WHERE tenant_id = %s AND parent_execution_id = %s"
+        " ORDER BY call_sequence, created_at, id",
+        (scope.tenant_id, execution_id),
+    )
+    return [_record(r) for r in rows if scope.allows("SELECT", EXECUTION, execution_document(r))]
+
+
+def invocations_of(scope: Scope, execution_id: uuid.UUID) -> list[dict]:
+    return scope.all(
+        "SELECT attempt, input, output, error, tools, logs, started_at, finished_at FROM invocations"
+        " WHERE tenant_id = %s AND execution_id = %s ORDER BY attempt",
+        (scope.tenant_id, execution_id),
+    )
+
+
+# ---------------------------------------------------------------------------- buffered writes
+
+
+@dataclass
+class PendingExecution:
+    execution_id: uuid.UUID
+    action_id: uuid.UUID
+    action_version: int
+    status: str
+    parent_execution_id: uuid.UUID | None
+    root_execution_id: uuid.UUID
+    call_sequence: int | None
+    depth: int
+    client_id: uuid.UUID
+    event: dict
+    input: Any
+    session_id: uuid.UUID | None = None
+    attempt: int = 1
+    output: Any = None
+    error: dict | None = None
+    tools: list[dict] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+    started_at: datetime.datetime | None = None
+    finished_at: datetime.datetime | None = None
+    output_bytes: int | None = None
+
+    def as_record(self, created_at: datetime.datetime) -> dict:
+        invocation = {"attempt": self.attempt, "input": self.input, "output": self.output, "error": self.error,
+                      "tools": self.tools, "logs": self.logs, "started_at": self.started_at,
+                      "finished_at": self.finished_at}
+        return {
+            "execution_id": self.execution_id, "action_id": self.action_id, "action_version": self.action_version,
+            "status": self.status, "parent_execution_id": self.parent_execution_id,
+            "root_execution_id": self.root_execution_id, "call_sequence": self.call_sequence,
+            "depth": self.depth, "attempts": self.attempt, "started": False, "started_by": None,
+            "event": self.event, "input": self.input, "session_id": self.session_id, "created_at": created_at,
+            "client_id": self.client_id, "invocations": [invocation],
+        }
+
+
+def flush(scope: Scope, pending: list[PendingExecution]) -> datetime.datetime:
+    """Write buffered executions and their invocations; returns their created_at."""
+    now = scope.one("SELECT now() AS now")["now"]
+    if not pending:
+        return now
+    with scope.conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO executions (tenant_id, id, action_id, action_version, status, parent_execution_id,"
+            " root_execution_id, call_sequence, depth, attempts, client_id, event, input, session_id)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            [(scope.tenant_id, p.execution_id, p.action_id, p.action_version, p.status, p.parent_execution_id,
+              p.root_execution_id, p.call_sequence, p.depth, p.attempt, p.client_id, Jsonb(p.event), Jsonb(p.input),
+              p.session_id) for p in pending],
+        )
+        cur.executemany(
+            "INSERT INTO invocations (tenant_id, execution_id, attempt, input, output, error, tools, logs,"
+            " started_at, finished_at, duration_ms, output_bytes)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            [(scope.tenant_id, p.execution_id, p.attempt, Jsonb(p.input), Jsonb(p.output),
+              Jsonb(p.error) if p.error else None, Jsonb(p.tools), Jsonb(p.logs), p.started_at, p.finished_at,
+              (p.finished_at - p.started_at).total_seconds() * 1000 if p.started_at and p.finished_at else None,
+              p.output_bytes) for p in pending],
+        )
+    return now
