@@ -7,19 +7,22 @@ database connection.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
 from typing import Any
 
 import orjson
-from graphql import GraphQLError
+from graphql import GraphQLError, OperationDefinitionNode, parse
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
+from strawberry.exceptions import MissingQueryError
+from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 
 from ..app_services import Services
 from ..auth.clients import load_principal
@@ -74,7 +77,7 @@ def format_error(error: GraphQLError) -> dict:
     if isinstance(original, LedgerError):
         out["message"] = original.message
         out["extensions"] = original.as_extensions()
-    elif original is None or isinstance(original, (ValueError, TypeError)) and not error.path:
+    elif _is_document_error(error):
         # Syntax, validation and variable-coercion errors: the document or its variables are wrong.
         out["extensions"] = {"code": "graphql_validation_failed",
                              "hint": "check the document and its variables against the schema (see GraphiQL)"}
@@ -84,6 +87,34 @@ def format_error(error: GraphQLError) -> dict:
         out["extensions"] = {"code": "internal_error",
                              "hint": "this is a bug in the ledger; the request changed nothing"}
     return out
+
+
+def _is_document_error(error: GraphQLError) -> bool:
+    """A syntax, validation or variable-coercion error: the document or its variables are wrong.
+
+    These carry no path (no field ran); a variable that fails a scalar's coercion carries the scalar's
+    ValueError/TypeError or a GraphQLError subclass (strawberry's StrawberryInputCoercionError).
+    """
+    original = error.original_error
+    return original is None or (
+        not error.path and isinstance(original, (ValueError, TypeError, GraphQLError))
+        and not isinstance(original, LedgerError))
+
+
+@functools.lru_cache(maxsize=1024)
+def _operation_count(query: str) -> int:
+    """How many operations a document defines (strawberry would silently run the first of several)."""
+    try:
+        document = parse(query, no_location=True, max_tokens=20_000)
+    except GraphQLError:
+        return 1  # the execution reports the syntax error
+    return sum(isinstance(d, OperationDefinitionNode) for d in document.definitions)
+
+
+def _document_failure(message: str) -> "_RollBack":
+    return _RollBack({"data": None, "errors": [error_payload(
+        message, "graphql_validation_failed",
+        "check the document and its variables against the schema (see GraphiQL)")], "_status": 400})
 
 
 class GraphQLEndpoint:
@@ -102,18 +133,23 @@ class GraphQLEndpoint:
 
     async def _post(self, request: Request) -> Response:
         settings = self.services.settings
+        too_large = _json({"errors": [error_payload(
+            f"the request body exceeds {settings.max_body_bytes} bytes", "request_too_large",
+            "send a smaller document or variables")]}, 413)
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > settings.max_body_bytes:
             REQUESTS.labels("too_large").inc()
-            return _json({"errors": [error_payload(
-                f"the request body exceeds {settings.max_body_bytes} bytes", "request_too_large",
-                "send a smaller document or variables")]}, 413)
-        body = await request.body()
-        if len(body) > settings.max_body_bytes:
-            REQUESTS.labels("too_large").inc()
-            return _json({"errors": [error_payload(
-                f"the request body exceeds {settings.max_body_bytes} bytes", "request_too_large",
-                "send a smaller document or variables")]}, 413)
+            return too_large
+        # Read at most the limit (a chunked body declares no length): never buffer an unbounded body.
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > settings.max_body_bytes:
+                REQUESTS.labels("too_large").inc()
+                return too_large
+            chunks.append(chunk)
+        body = b"".join(chunks)
         try:
             params = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
@@ -121,7 +157,7 @@ class GraphQLEndpoint:
                 import json
 
                 params = json.loads(body)  # numbers beyond 64 bits are still JSON
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
                 REQUESTS.labels("bad_request").inc()
                 return _json({"errors": [error_payload(f"the body is not valid JSON: {exc}", "bad_request",
                                                        "send a JSON object {query, variables, operationName}")]}, 400)
@@ -200,15 +236,27 @@ class GraphQLEndpoint:
                 statements, _ = parse_policies(policies)
                 chain = Chain((Layer(f'client "{principal.client_name}" ({principal.client_id})', statements),))
                 scope = Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline)
-                result = schema.execute_sync(query, variable_values=variables, context_value=RequestContext(scope),
-                                             operation_name=operation_name)
+                if operation_name is None and _operation_count(query) > 1:
+                    raise _document_failure(
+                        "the document has several operations: name the one to run with `operationName`")
+                try:
+                    result = schema.execute_sync(query, variable_values=variables,
+                                                 context_value=RequestContext(scope), operation_name=operation_name)
+                except MissingQueryError:
+                    raise _document_failure("the document is empty") from None
+                except CannotGetOperationTypeError:
+                    raise _document_failure(
+                        f"the document has no operation named {operation_name!r}" if operation_name else
+                        "the document has several operations: name the one to run with `operationName`") from None
+                except InvalidOperationTypeError:
+                    raise _document_failure("this server runs queries and mutations only") from None
                 payload: dict[str, Any] = {"data": result.data}
                 if result.errors:
                     race = _first_retryable(result.errors)
                     if race is not None:
                         raise race
                     payload["errors"] = [format_error(e) for e in result.errors]
-                    status = 400 if result.data is None and all(e.original_error is None for e in result.errors) else 200
+                    status = 400 if result.data is None and all(_is_document_error(e) for e in result.errors) else 200
                     raise _RollBack({**payload, "_status": status})
         except _RollBack as rolled_back:
             status = rolled_back.payload.pop("_status")

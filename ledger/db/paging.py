@@ -37,11 +37,14 @@ def page_after(scope: Any, table: str, columns: str, first: int, after: str | No
         clauses.append(where)
         args.extend(params)
     if cursor is not None:
-        clauses.append(
-            f"(created_at, {id_column}) > (SELECT created_at, {id_column} FROM {table}"
-            f" WHERE tenant_id = %s AND {id_column} = %s LIMIT 1)"
-        )
-        args.extend([scope.tenant_id, cursor])
+        found = scope.one(f"SELECT created_at FROM {table} WHERE tenant_id = %s AND {id_column} = %s LIMIT 1",
+                          (scope.tenant_id, cursor))
+        if found is None:
+            # Without this a mistyped cursor would read as "no more items".
+            raise InvalidInput(f"{after!r} is not a cursor of this listing",
+                               hint="pass the id of the last item you received as `after`")
+        clauses.append(f"(created_at, {id_column}) > (%s, %s)")
+        args.extend([found["created_at"], cursor])
     args.append(first)
     sql = (f"SELECT {columns} FROM {table} WHERE {' AND '.join(clauses)}"
            f" ORDER BY created_at, {id_column} LIMIT %s")
