@@ -195,6 +195,31 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    import signal
+    import threading
+
+    from .app_services import Services
+    from .queue.worker import Worker
+
+    attached = attach(settings)
+    services = Services.open(settings, attached.conninfo)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    worker = Worker(services, concurrency=args.concurrency or settings.worker_concurrency).start()
+    print(f"worker {worker.name} running", flush=True)
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        # Graceful: claim nothing more, finish the attempts held.
+        worker.stop()
+        services.close()
+        attached.close()
+    return 0
+
+
 # ---------------------------------------------------------------------------- entry point
 
 
@@ -215,6 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-worker", action="store_true", help="do not run an in-process queue worker")
     serve.add_argument("--log-level", default="info")
     serve.set_defaults(func=cmd_serve)
+
+    worker = sub.add_parser("worker", parents=[common], help="run a queue worker (scale-out)")
+    worker.add_argument("--concurrency", type=int, help="attempts at once (env LEDGER_WORKER_CONCURRENCY, default 4)")
+    worker.set_defaults(func=cmd_worker)
 
     migrate = sub.add_parser("migrate", parents=[common], help="apply pending migrations")
     migrate.set_defaults(func=cmd_migrate)

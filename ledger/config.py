@@ -37,6 +37,9 @@ class Settings:
     executor_memory_bytes: int = field(default_factory=lambda: _env_int("LEDGER_EXECUTOR_MEMORY", 1 << 30))
     max_payload_bytes: int = field(default_factory=lambda: _env_int("LEDGER_MAX_PAYLOAD", 16 << 20))
 
+    # Queue workers: attempts run at once per worker process.
+    worker_concurrency: int = field(default_factory=lambda: _env_int("LEDGER_WORKER_CONCURRENCY", 4))
+
     @property
     def embedded(self) -> bool:
         return self.database_url is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 
 from starlette.applications import Starlette
 
@@ -18,11 +19,20 @@ def create_app(settings: Settings | None = None) -> Starlette:
     services = Services.open(settings, settings.database_url)
     app = build_app(services)
 
+    run_worker = os.environ.get("LEDGER_RUN_WORKER", "1") == "1"
+
     @contextlib.asynccontextmanager
     async def lifespan(_app):
+        worker = None
+        if run_worker:
+            from ..queue.worker import Worker
+
+            worker = Worker(services, concurrency=settings.worker_concurrency).start()
         try:
             yield
         finally:
+            if worker is not None:
+                worker.stop()
             services.close()
 
     app.router.lifespan_context = lifespan

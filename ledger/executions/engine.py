@@ -8,6 +8,8 @@ The Starlark program runs in a sandbox executor leased for the whole tree; its h
 from __future__ import annotations
 
 import datetime
+import keyword
+import re
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -98,13 +100,14 @@ def response_deadline(record: dict, outer: float) -> float:
 
 def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, execution_id: uuid.UUID,
              parent_execution_id: uuid.UUID | None, root_execution_id: uuid.UUID, call_sequence: int | None,
-             depth: int, deadline: float, session_id: uuid.UUID | None = None) -> PendingExecution:
+             depth: int, deadline: float, session_id: uuid.UUID | None = None,
+             event_type: str = "action.invoked", attempt: int = 1) -> PendingExecution:
     pending = PendingExecution(
         execution_id=execution_id, action_id=record["action_id"], action_version=record["version"],
         status="RUNNING", parent_execution_id=parent_execution_id, root_execution_id=root_execution_id,
         call_sequence=call_sequence, depth=depth, client_id=scope.principal.client_id,
-        event={"eventType": "action.invoked", "data": input, "recordType": None, "recordId": None},
-        input=input, session_id=session_id, started_at=_now(),
+        event={"eventType": event_type, "data": input, "recordType": None, "recordId": None},
+        input=input, session_id=session_id, started_at=_now(), attempt=attempt,
     )
     tree.pending.append(pending)
     deadline = response_deadline(record, deadline)
@@ -175,6 +178,21 @@ def resolve_tools(scope: Scope, record: dict) -> tuple[dict[str, dict], list[dic
     return by_name, resolved
 
 
+_TOOL_USE = re.compile(r"\btools\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+_STARLARK_ONLY_KEYWORDS = frozenset({"load"})
+
+
+def program_tool_names(source: str, resolved: dict[str, dict]) -> tuple[str, ...]:
+    """The names `tools.<name>` offers the program: the resolved tools, and every other name the source uses.
+
+    An unresolved name reaches the host, which refuses it with `tool_not_declared` (e.g. a reference
+    whose latest version renamed its tool), instead of a Starlark attribute error.
+    """
+    used = {name for name in _TOOL_USE.findall(source)
+            if not keyword.iskeyword(name) and name not in _STARLARK_ONLY_KEYWORDS}
+    return tuple(sorted(used | set(resolved)))
+
+
 def _run_program(scope: Scope, tree: CallTree, record: dict, input: Any, pending: PendingExecution,
                  deadline: float) -> Any:
     tools, pending.tools = resolve_tools(scope, record)
@@ -182,7 +200,8 @@ def _run_program(scope: Scope, tree: CallTree, record: dict, input: Any, pending
     tool_scope = scope.within_tool(frame, scope.chain.extended(tool_layer(record)))
     host = ToolHost(tool_scope, tree, pending, tools, deadline)
     program = Program(key=(str(scope.tenant_id), str(record["action_id"]), record["version"]),
-                      source=record["config"]["src"], tool_names=tuple(sorted(tools)))
+                      source=record["config"]["src"],
+                      tool_names=program_tool_names(record["config"]["src"], tools))
     tree.stack.append((record["action_id"], record["version"]))
     try:
         outcome: RunOutcome = tree.executor().run(program, pending.event, host, deadline)

@@ -13,3 +13,14 @@ def has_unfinished_starts(scope: Any, action_id: uuid.UUID) -> bool:
         (scope.tenant_id, action_id),
     )
     return row is not None
+
+
+def settle_pending_lifecycle(scope: Any, action_id: uuid.UUID) -> None:
+    """Apply a pending disable or delete once the action's started executions have drained."""
+    row = scope.one("SELECT pending FROM actions WHERE tenant_id = %s AND id = %s FOR UPDATE",
+                    (scope.tenant_id, action_id))
+    if row is None or row["pending"] is None or has_unfinished_starts(scope, action_id):
+        return
+    status = "DISABLED" if row["pending"] == "DISABLE" else "DELETED"
+    scope.conn.execute("UPDATE actions SET status = %s, pending = NULL, updated_at = now()"
+                       " WHERE tenant_id = %s AND id = %s", (status, scope.tenant_id, action_id))

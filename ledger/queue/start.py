@@ -1,24 +1,126 @@
-"""startAction and cancelExecution: the queue is not built yet, so both are refused with
-`not_implemented` rather than accepting work that no worker would run.
-"""
+"""startAction and cancelExecution: the queued execution commits or rolls back with the request."""
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from typing import Any
 
-from ..errors import LedgerError
+from psycopg.types.json import Jsonb
+
+from ..actions.registry import ACTION, as_document, load_action
+from ..actions.schemas import first_error
+from ..errors import LedgerError, NotFound
+from ..executions.invoke import ExecutionIdConflict, callable_record
+from ..executions.records import EXECUTION, execution_document, load_execution, record_of
+from ..executions.values import value_problem
+from ..scope import Scope
+
+QUEUE_CHANNEL = "ledger_queue"
 
 
-def _not_yet() -> LedgerError:
-    return LedgerError("starting actions on the queue is not supported yet", code="not_implemented",
-                       hint="call the tool synchronously with invokeAction")
+class StartNotAllowed(LedgerError):
+    code = "start_not_allowed"
 
 
-def start_action(scope: Any, action_id: uuid.UUID, execution_id: uuid.UUID, version: int | None, input: Any,
-                 run_at: Any) -> dict:
-    raise _not_yet()
+class ActionInputInvalid(LedgerError):
+    code = "action_input_invalid"
 
 
-def cancel_execution(scope: Any, execution_id: uuid.UUID) -> dict:
-    raise _not_yet()
+def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, version: int | None, input: Any,
+                 run_at: datetime.datetime | None) -> dict:
+    if scope.frames:
+        raise StartNotAllowed("a start cannot be made from inside an execution",
+                              hint="call the tool with tools.<name>() or invokeAction instead")
+    scope.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{scope.tenant_id}:{execution_id}",))
+    existing = load_execution(scope, execution_id)
+    if existing is not None:
+        scope.require("SELECT", EXECUTION, execution_document(existing))
+        if (existing["action_id"] != action_id or not existing["started"] or existing["input"] != input
+                or (version is not None and version != existing["action_version"])):
+            raise ExecutionIdConflict(f"executionId {execution_id} was already used for another call",
+                                      hint="use a new executionId for a new start")
+        return record_of(existing)
+    record = load_action(scope, action_id, version)
+    if record is not None:
+        scope.require("SELECT", ACTION, as_document(record))
+        scope.require("INVOKE", ACTION, as_document(record))
+    record = callable_record(scope, action_id, version)
+    if record["tool"].get("session"):
+        raise StartNotAllowed(f"{record['name']!r} has sessions and cannot be started",
+                              hint="call it with invokeAction, which finds or creates its session")
+    problem = value_problem(input)
+    if problem:
+        raise ActionInputInvalid(f"the input at {problem[0]}: {problem[1]}", hint=f"fix the input at {problem[0]}")
+    error = first_error(record["tool"]["inputSchema"], input)
+    if error:
+        raise ActionInputInvalid(f"the input does not match the tool's inputSchema: {error[1]}",
+                                 hint=f"fix the input at {error[0]}")
+    row = {"tenant_id": scope.tenant_id, "id": execution_id, "action_id": action_id,
+           "action_version": record["version"], "status": "QUEUED", "parent_execution_id": None,
+           "root_execution_id": execution_id, "depth": 0, "client_id": scope.principal.client_id,
+           "session_id": None, "started": True}
+    scope.require("SELECT", EXECUTION, execution_document(row))
+    scope.require("INSERT", EXECUTION, execution_document(row))
+    event = {"eventType": "action.started", "data": input, "recordType": None, "recordId": None}
+    created = scope.one(
+        "INSERT INTO executions (tenant_id, id, action_id, action_version, status, root_execution_id, depth,"
+        " started, client_id, client_claims, run_at, event, input)"
+        " VALUES (%s, %s, %s, %s, 'QUEUED', %s, 0, true, %s, %s, coalesce(%s, now()), %s, %s)"
+        " RETURNING tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
+        " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input, session_id,"
+        " created_at",
+        (scope.tenant_id, execution_id, action_id, record["version"], execution_id, scope.principal.client_id,
+         Jsonb(scope.principal.claims), run_at, Jsonb(event), Jsonb(input)),
+    )
+    scope.conn.execute(
+        "INSERT INTO execution_queue (tenant_id, execution_id, run_at) VALUES (%s, %s, coalesce(%s, now()))",
+        (scope.tenant_id, execution_id, run_at),
+    )
+    # Delivered when (and only if) the request commits.
+    scope.conn.execute("SELECT pg_notify(%s, '')", (QUEUE_CHANNEL,))
+    return record_of(created, [])
+
+
+def cancel_execution(scope: Scope, execution_id: uuid.UUID) -> dict:
+    row = scope.one(
+        "SELECT tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
+        " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input, session_id,"
+        " created_at FROM executions WHERE tenant_id = %s AND id = %s FOR UPDATE",
+        (scope.tenant_id, execution_id),
+    )
+    if row is None:
+        raise NotFound(f"no execution {execution_id}", hint="check the id")
+    scope.require("UPDATE", EXECUTION, execution_document({**row, "status": "CANCELLED"}))
+    if row["status"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        if row["status"] == "CANCELLED":
+            return record_of(row)
+        raise LedgerError(f"execution {execution_id} already finished ({row['status']})", code="execution_finished",
+                          hint="only queued or running executions can be cancelled")
+    if not row["started"]:
+        raise LedgerError("only started executions can be cancelled; a call finishes within its request",
+                          code="execution_finished")
+    queued = scope.one(
+        "SELECT lease_token FROM execution_queue WHERE tenant_id = %s AND execution_id = %s FOR UPDATE",
+        (scope.tenant_id, execution_id),
+    )
+    if queued is not None and queued["lease_token"] is not None:
+        # Running: the worker stops at its next check and rolls its writes back.
+        scope.conn.execute(
+            "UPDATE execution_queue SET cancel_requested = true WHERE tenant_id = %s AND execution_id = %s",
+            (scope.tenant_id, execution_id),
+        )
+        return record_of(row)
+    scope.conn.execute("DELETE FROM execution_queue WHERE tenant_id = %s AND execution_id = %s",
+                       (scope.tenant_id, execution_id))
+    updated = scope.one(
+        "UPDATE executions SET status = 'CANCELLED', updated_at = now() WHERE tenant_id = %s AND id = %s"
+        " RETURNING tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
+        " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input, session_id,"
+        " created_at",
+        (scope.tenant_id, execution_id),
+    )
+    from .drain import settle_pending_lifecycle
+
+    settle_pending_lifecycle(scope, row["action_id"])
+    return record_of(updated)
