@@ -1,0 +1,281 @@
+"""The server side of runs: one lease drives one executor for one top-level call tree.
+
+`ExecutorLease.run` sends a program to the executor and then serves it: each host call the
+program makes arrives here, is answered by the `Host` (on this thread, inside the caller's
+transaction), and the answer goes back. A host method may call `run` again on the same lease
+for a nested tool: that run's messages interleave on the same wire, strictly nested, because the
+executor evaluates the nested program inside the waiting host call.
+
+When the executor is lost (killed at deadline + grace, or dead of its own accord) every run still
+on this lease's stack fails with the same failure. Afterwards:
+- a `run` issued while frames of the lost executor are still on the stack (a host method calling
+  another nested tool after one was lost) fails fast with that failure: its caller is failing too;
+- once the stack has unwound, the next top-level `run` transparently gets a fresh executor.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from ledger.runtime import failures
+from ledger.runtime.failures import Failure
+from ledger.runtime.interface import CallFailure, Host, Program, RunOutcome
+from ledger.runtime.process import ExecutorProcess
+from ledger.runtime.protocol import (
+    ChannelClosed,
+    FrameTooLarge,
+    Message,
+    NotJSON,
+    ReceiveTimeout,
+    encode_payload,
+)
+
+if TYPE_CHECKING:
+    from ledger.runtime.pool import ExecutorPool
+
+# Sent to a program whose host call raised an exception other than CallFailure: the program
+# unwinds (Starlark cannot catch it), its executor stays usable, the exception propagates.
+_ABORT = Failure("aborted", "the host call raised an exception; the run is abandoned")
+
+
+class _ExecutorLost(Exception):
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+class ExecutorLease:
+    """Exclusive use of one executor by one thread, for one top-level call tree (and its nested runs).
+
+    Use as a context manager (or call `release()`); not thread-safe, by design: the call tree
+    runs on the thread that holds the database transaction.
+    """
+
+    def __init__(self, pool: ExecutorPool, process: ExecutorProcess) -> None:
+        self._pool = pool
+        self._process: ExecutorProcess | None = process
+        self._settings = pool.settings
+        self._grace = pool.grace_seconds
+        self._depth = 0
+        self._broken: Failure | None = None
+        self._released = False
+
+    @property
+    def executor_pid(self) -> int | None:
+        """The process id of the executor currently held (None after it was lost), for logs and tests."""
+        return self._process.pid if self._process is not None else None
+
+    def __enter__(self) -> ExecutorLease:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        if self._process is not None:
+            process, self._process = self._process, None
+            if self._depth:
+                process.kill()  # released mid-run (an exception unwound through run): state unknown
+            self._pool._release(process)
+
+    # --- runs ---------------------------------------------------------------------------------
+
+    def run(self, program: Program, event: dict, host: Host, deadline: float) -> RunOutcome:
+        """Run `program`'s run(event) and serve its host calls until it finishes.
+
+        `deadline` is an absolute time.monotonic() value. Returns the outcome; raises only what a
+        host method raised (other than CallFailure), or ExecutorUnavailable when no executor can
+        be had for a top-level run.
+        """
+        if self._released:
+            raise RuntimeError("run() on a released executor lease")
+        if self._broken is not None:
+            if self._depth:
+                return _outcome(self._broken)
+            self._broken = None
+        if time.monotonic() >= deadline:
+            return _outcome(failures.response_timeout())
+        try:
+            event_payload = encode_payload(event)
+        except NotJSON as error:
+            raise ValueError(f"the event is not JSON: {error}") from None
+        if len(event_payload) > self._settings.max_payload_bytes:
+            return _outcome(failures.payload_too_large("the event", len(event_payload), self._settings.max_payload_bytes))
+        if self._depth == 0:
+            self._ensure_fresh_process(deadline)
+        process = self._process
+        assert process is not None
+        self._depth += 1
+        try:
+            self._send(process, {"t": "run", "key": _cache_key(program), "deadline": deadline}, event_payload)
+            return self._serve(process, program, host, deadline)
+        except _ExecutorLost as lost:
+            return _outcome(lost.failure)
+        finally:
+            self._depth -= 1
+
+    def _serve(self, process: ExecutorProcess, program: Program, host: Host, deadline: float) -> RunOutcome:
+        while True:
+            message = self._receive(process, deadline + self._grace)
+            kind = message.kind
+            if kind == "done":
+                if message.envelope.get("retire"):
+                    process.retiring = True
+                return _outcome_of(message)
+            if kind == "call":
+                reply = self._answer(process, message, host, deadline)
+                if self._process is not process:
+                    # A nested run lost the executor while this frame waited: it is gone too.
+                    assert self._broken is not None
+                    return _outcome(self._broken)
+                self._send(process, *reply)
+            elif kind == "need_source":
+                self._send(process, {"t": "source", "source": program.source, "tools": list(program.tool_names)})
+            else:
+                self._lose(process, Failure(failures.ACTION_RESOURCE_EXHAUSTED, f"the executor sent an unexpected {kind!r}"))
+
+    def _answer(
+        self, process: ExecutorProcess, message: Message, host: Host, deadline: float
+    ) -> tuple[dict[str, Any], bytes | None]:
+        function = message.envelope["fn"]
+        if time.monotonic() >= deadline:
+            return _failure_reply(failures.response_timeout())
+        arguments = message.value()
+        try:
+            value = _dispatch(host, function, arguments)
+        except CallFailure as failure:
+            return _failure_reply(Failure(failure.code, failure.message, failure.hint))
+        except BaseException:
+            if self._process is process:
+                self._abort(process, deadline)
+            raise
+        if self._process is not process:
+            return _failure_reply(_ABORT)  # not sent: the caller sees the lost executor
+        if time.monotonic() >= deadline:
+            return _failure_reply(failures.response_timeout())
+        try:
+            payload = encode_payload(value)
+        except NotJSON as error:
+            self._abort(process, deadline)
+            raise TypeError(f"the host's {function} returned a value that is not JSON: {error}") from None
+        if len(payload) > self._settings.max_payload_bytes:
+            label = f"tools.{arguments[0]}()" if function == "tool" else f"{function}()"
+            return _failure_reply(
+                failures.payload_too_large(f"the result of {label}", len(payload), self._settings.max_payload_bytes)
+            )
+        return {"t": "reply", "ok": True}, payload
+
+    def _abort(self, process: ExecutorProcess, deadline: float) -> None:
+        """Unwind the waiting program without a result, keeping the executor if it cooperates."""
+        try:
+            self._send(process, *_failure_reply(_ABORT))
+            message = self._receive(process, max(deadline, time.monotonic()) + self._grace)
+            if message.kind != "done":
+                self._lose(process, _ABORT)
+        except _ExecutorLost:
+            pass
+
+    # --- compile ------------------------------------------------------------------------------
+
+    def compile(self, source: str, tool_names: tuple[str, ...], timeout: float) -> list[dict]:
+        if self._released:
+            raise RuntimeError("compile() on a released executor lease")
+        if self._depth:
+            raise RuntimeError("compile() inside a run")
+        deadline = time.monotonic() + timeout
+        self._broken = None
+        self._ensure_fresh_process(deadline)
+        process = self._process
+        assert process is not None
+        try:
+            self._send(process, {"t": "compile", "source": source, "tools": list(tool_names), "deadline": deadline})
+            message = self._receive(process, deadline + self._grace)
+        except _ExecutorLost as lost:
+            self._broken = None
+            failure = lost.failure
+            if failure.code == failures.ACTION_RESPONSE_TIMEOUT:
+                failure = Failure(failure.code, "evaluating the program's top level took too long and was stopped")
+            return [{"line": 1, "column": 1, "message": failure.message}]
+        if message.envelope.get("retire"):
+            process.retiring = True
+        return list(message.envelope["problems"])
+
+    # --- the executor ---------------------------------------------------------------------------
+
+    def _ensure_fresh_process(self, deadline: float) -> None:
+        process = self._process
+        if process is not None and process.is_alive() and not process.retiring:
+            return
+        if process is not None:
+            self._process = None
+            self._pool._release(process)
+        self._process = self._pool._acquire(max(deadline - time.monotonic(), 0.0))
+
+    def _send(self, process: ExecutorProcess, envelope: dict[str, Any], payload: bytes | None = None) -> None:
+        try:
+            process.send(envelope, payload)
+        except ChannelClosed:
+            self._lose_dead(process)
+
+    def _receive(self, process: ExecutorProcess, deadline: float) -> Message:
+        try:
+            return process.receive(deadline)
+        except ReceiveTimeout:
+            self._lose(process, failures.executor_stopped_after_timeout())
+        except ChannelClosed:
+            self._lose_dead(process)
+        except FrameTooLarge as error:
+            self._lose(
+                process,
+                Failure(failures.ACTION_RESOURCE_EXHAUSTED, f"the executor sent a message over the size bound ({error})"),
+            )
+
+    def _lose_dead(self, process: ExecutorProcess) -> None:
+        status = process.exit_status()
+        self._lose(process, failures.executor_died(status, self._settings.memory_limit_bytes))
+
+    def _lose(self, process: ExecutorProcess, failure: Failure) -> Any:
+        """Kill and drop the executor; every frame on it fails with `failure`."""
+        process.kill()
+        if self._process is process:
+            self._process = None
+            self._broken = failure
+            self._pool._discard(process)
+        raise _ExecutorLost(self._broken or failure)
+
+
+def _dispatch(host: Host, function: str, arguments: list) -> Any:
+    if function == "graphql":
+        document, variables, operation_name, check = arguments
+        return host.graphql(document, variables, operation_name, check)
+    if function == "cel":
+        expression, variables, check = arguments
+        return host.cel(expression, variables, check)
+    if function == "tool":
+        name, tool_input, check = arguments
+        return host.call_tool(name, tool_input, check)
+    raise RuntimeError(f"the executor asked for an unknown host function {function!r}")
+
+
+def _failure_reply(failure: Failure) -> tuple[dict[str, Any], None]:
+    return {"t": "reply", "ok": False, "failure": failure.as_wire()}, None
+
+
+def _cache_key(program: Program) -> str:
+    # The source's hash guards the executors' caches against a key reused for different code.
+    return repr((program.key, hash(program.source), program.tool_names))
+
+
+def _outcome(failure: Failure, logs: list[str] | None = None) -> RunOutcome:
+    return RunOutcome.failure(failure.code, failure.message, failure.hint, logs)
+
+
+def _outcome_of(message: Message) -> RunOutcome:
+    envelope = message.envelope
+    if envelope["ok"]:
+        return RunOutcome(ok=True, output=message.value(), logs=envelope["logs"])
+    return _outcome(Failure.from_wire(envelope["failure"]), envelope["logs"])

@@ -1,0 +1,184 @@
+"""The wire between the server and an executor: framed JSON messages over a pair of pipes.
+
+A frame is an 8-byte header (envelope length, payload length + 1), a small JSON envelope
+(`{"t": kind, ...}`) and an optional payload: the one value that may be large (an event, an output,
+a host call's arguments or result), as JSON bytes. Keeping the payload apart lets each side check
+its size before building or reading it, and lets the executor produce it with Starlark's own
+`json.encode` (see starlark_program) instead of converting values to Python first.
+
+The server encodes with orjson. orjson refuses integers beyond 64 bits (Starlark and the inputs
+allow them) and would *decode* them as floats, so such values are encoded with the standard library,
+and any payload with a run of 19 or more digits is decoded with the standard library.
+
+Message kinds (server -> executor): run, source, reply, compile.
+(executor -> server): ready, need_source, call, done, problems.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import select
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+_HEADER = struct.Struct("!II")
+
+# Envelopes carry kinds, keys, failure texts and bounded logs: never more than this.
+MAX_ENVELOPE_BYTES = 1 << 20
+
+# A larger pipe buffer means fewer system calls for a large payload (Linux caps it at
+# /proc/sys/fs/pipe-max-size, 1 MiB by default; failure to enlarge is harmless).
+_PIPE_BUFFER_BYTES = 1 << 20
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+# A number orjson may not hold exactly (beyond 64 bits) has at least 19 digits; so may a string,
+# which merely costs the slower decoder.
+_LONG_DIGIT_RUN = re.compile(rb"\d{19}")
+
+
+class ChannelClosed(Exception):
+    """The other end closed its pipe: the peer process ended."""
+
+
+class ReceiveTimeout(Exception):
+    """Nothing (or only part of a frame) arrived before the deadline."""
+
+
+class FrameTooLarge(Exception):
+    """A frame announced more bytes than the receiver accepts; the channel is unusable afterwards."""
+
+
+class NotJSON(ValueError):
+    """A value cannot be represented as JSON."""
+
+
+def encode_payload(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except TypeError as error:
+        reason = str(error)
+        if "64-bit" not in reason and "Recursion" not in reason:
+            raise NotJSON(reason) from None
+    # Rare path: an integer beyond 64 bits (or nesting deeper than orjson allows).
+    _require_string_keys(value)
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    except (TypeError, ValueError, RecursionError) as error:
+        raise NotJSON(str(error)) from None
+
+
+def decode_payload(data: bytes) -> Any:
+    if _LONG_DIGIT_RUN.search(data):
+        return json.loads(data)
+    return orjson.loads(data)
+
+
+def _require_string_keys(value: Any) -> None:
+    # The standard library silently turns int keys into strings; orjson (and JSON) would not.
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise NotJSON("Dict key must be str")
+                pending.append(child)
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+
+
+@dataclass(frozen=True)
+class Message:
+    envelope: dict
+    payload: bytes | None
+
+    @property
+    def kind(self) -> str:
+        return self.envelope["t"]
+
+    def value(self) -> Any:
+        return None if self.payload is None else decode_payload(self.payload)
+
+
+class Channel:
+    """One end of the wire. Not thread-safe: exactly one thread talks on a channel at a time."""
+
+    def __init__(self, read_fd: int, write_fd: int) -> None:
+        self._read_fd = read_fd
+        self._write_fd = write_fd
+        self._buffer = bytearray()
+        self._closed = False
+        self._poller = select.poll()
+        self._poller.register(read_fd, select.POLLIN)
+        for fd in (read_fd, write_fd):
+            try:
+                fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_BUFFER_BYTES)
+            except OSError:
+                pass
+
+    def send(self, envelope: dict, payload: bytes | None = None) -> None:
+        head = orjson.dumps(envelope)
+        body = payload if payload is not None else b""
+        # The payload length is stored plus one so that "no payload" (0) differs from an empty one.
+        header = _HEADER.pack(len(head), len(body) + (payload is not None))
+        data = memoryview(b"".join((header, head, body)))
+        try:
+            while data:
+                written = os.write(self._write_fd, data)
+                data = data[written:]
+        except BrokenPipeError:
+            raise ChannelClosed() from None
+        except OSError as error:
+            if error.errno in (errno.EPIPE, errno.EBADF):
+                raise ChannelClosed() from None
+            raise
+
+    def receive(self, deadline: float | None = None, max_payload_bytes: int | None = None) -> Message:
+        """Read one message; `deadline` is a time.monotonic() value (None waits for ever)."""
+        header = self._take(_HEADER.size, deadline)
+        envelope_length, stored_payload_length = _HEADER.unpack(header)
+        payload_length = max(stored_payload_length - 1, 0)
+        if envelope_length > MAX_ENVELOPE_BYTES:
+            raise FrameTooLarge(f"envelope of {envelope_length} bytes")
+        if max_payload_bytes is not None and payload_length > max_payload_bytes:
+            raise FrameTooLarge(f"payload of {payload_length} bytes")
+        envelope = orjson.loads(self._take(envelope_length, deadline))
+        payload = self._take(payload_length, deadline) if stored_payload_length else None
+        return Message(envelope, payload)
+
+    def close(self) -> None:
+        """Close both ends once (a second close could hit a descriptor number reused meanwhile)."""
+        if self._closed:
+            return
+        self._closed = True
+        for fd in {self._read_fd, self._write_fd}:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _take(self, count: int, deadline: float | None) -> bytes:
+        while len(self._buffer) < count:
+            if deadline is not None:
+                self._wait_readable(deadline)
+            chunk = os.read(self._read_fd, max(count - len(self._buffer), 1 << 16))
+            if not chunk:
+                raise ChannelClosed()
+            self._buffer += chunk
+        taken = bytes(self._buffer[:count])
+        del self._buffer[:count]
+        return taken
+
+    def _wait_readable(self, deadline: float) -> None:
+        remaining = max(deadline - time.monotonic(), 0.0)
+        if not self._poller.poll(remaining * 1000):
+            # poll() also reports POLLHUP when the peer is gone; the following read sees EOF.
+            raise ReceiveTimeout()

@@ -1,0 +1,267 @@
+"""Turning a program's source into a callable Starlark module (executor child only).
+
+A program is evaluated into one module together with two pieces of our own Starlark:
+
+- the prelude (before it): `graphql`, `cel`, `print`, `fail` and the `tools` struct, each a thin
+  Starlark function over one of the executor's Python callables. Defining them in Starlark gives
+  Starlark's own argument errors, Starlark type names in our errors and Starlark's `str()` for print;
+- the entry (after it): `ledger__entry(event)`, which calls `run(event)`, checks the output is
+  JSON in Starlark, where a struct or a non-finite float is still distinguishable (converted to
+  Python they silently become a dict and None), and returns it as JSON text.
+
+Values leaving a program cross as JSON text made by Starlark's `json.encode` (host call arguments,
+the output): one Rust pass, no Python objects, and a size check before anything large is copied.
+(orjson would need ~15x a string's size of address space to encode it, which under RLIMIT_AS
+crashes the executor with SIGSEGV; the standard library is slower.) Values entering a program
+(the event, host call results) arrive as Python values.
+
+Host callables route to whichever run is innermost at call time, so a frozen module is reusable by
+every run of its program, nested or not.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import starlark as sl
+
+PROGRAM_FILE = "tool.star"
+PRELUDE_FILE = "prelude.star"
+ENTRY_FILE = "entry.star"
+ENTRY_FUNCTION = "ledger__entry"
+MAX_OUTPUT_DEPTH = 100
+
+# __host(function, label, arguments_json), __print(line), __fail(message, hint),
+# __bad_output(what), __too_large(what, size)
+HOST_CALLABLE_NAMES = ("__host", "__print", "__fail", "__bad_output", "__too_large")
+
+_STARLARK_KEYWORDS = frozenset(
+    "and else load break for not continue if or def in pass elif return lambda "
+    "as assert async await class del except finally from global import is nonlocal raise try "
+    "while with yield".split()
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+# `len` of a Starlark string counts characters, never more than its UTF-8 bytes: a text longer
+# than the limit in characters is surely too large, and is refused before it is copied to Python.
+_PRELUDE_HEAD = '''
+__MAX_PAYLOAD = {max_payload_bytes}
+
+def __send(function, label, arguments):
+    text = json.encode(arguments)
+    if len(text) > __MAX_PAYLOAD:
+        __too_large("the call to " + label, len(text))
+    return __host(function, label, text)
+
+def __require(label, what, value, kinds):
+    if type(value) not in kinds:
+        __fail("%s: %s must be %s, not %s" % (label, what, " or ".join(kinds), type(value)), None)
+
+def graphql(document, variables = None, operation_name = None, check = True):
+    __require("graphql()", "the document", document, ("string",))
+    __require("graphql()", "variables", variables, ("dict", "NoneType"))
+    __require("graphql()", "operation_name", operation_name, ("string", "NoneType"))
+    __require("graphql()", "check", check, ("bool",))
+    return __send("graphql", "graphql()", [document, variables, operation_name, check])
+
+def cel(expression, variables = None, check = True, vars = None):
+    if vars != None:
+        variables = vars
+    __require("cel()", "the expression", expression, ("string",))
+    __require("cel()", "variables", variables, ("dict", "NoneType"))
+    __require("cel()", "check", check, ("bool",))
+    return __send("cel", "cel()", [expression, variables, check])
+
+def __tool(name, input, check):
+    __require("tools.%s()" % name, "check", check, ("bool",))
+    return __send("tool", "tools.%s()" % name, [name, input, check])
+
+def print(*args, sep = " "):
+    __print(sep.join([str(arg) for arg in args]))
+
+def fail(*args, hint = None, sep = " "):
+    __fail(sep.join([str(arg) for arg in args]), hint)
+'''
+
+# Starlark has no `while`: the walk is a bounded `for` that stops when nothing is pending.
+_ENTRY_SOURCE = f'''
+ledger__run_type = type(run)
+
+def ledger__entry(event):
+    text = json.encode(__check_output(run(event)))
+    if len(text) > __MAX_PAYLOAD:
+        __too_large("the output", len(text))
+    return text
+
+__INFINITY = float("inf")
+__SCALARS = ("string", "int", "bool", "NoneType")
+
+def __check_output(value):
+    pending = [(value, 0)]
+    for _ in range(2000000000):  # range() takes a 32-bit int
+        if not pending:
+            return value
+        item, depth = pending.pop()
+        kind = type(item)
+        if kind == "dict" or kind == "list" or kind == "tuple":
+            if depth >= {MAX_OUTPUT_DEPTH}:
+                __bad_output("values nested more than {MAX_OUTPUT_DEPTH} levels deep")
+            if kind == "dict":
+                for key, child in item.items():
+                    if type(key) != "string":
+                        __bad_output("a dict key of type `%s` (JSON object keys are strings)" % type(key))
+                    pending.append((child, depth + 1))
+            else:
+                for child in item:
+                    pending.append((child, depth + 1))
+        elif kind == "float":
+            if item != item or item == __INFINITY or item == -__INFINITY:
+                __bad_output("a float that is not a finite number")
+        elif kind not in __SCALARS:
+            __bad_output("a value of type `%s`" % kind)
+    return value
+'''
+
+_PROBE_SOURCE = "\ndef ledger__probe():\n    run(None)\n"
+_DEF_RUN = re.compile(r"^def\s+run\s*\(", re.MULTILINE)
+_ERROR_LINE = re.compile(r"^error: (.*)$", re.MULTILINE)
+_SPAN_LINE = re.compile(r"^\s*--> ([^:\n]+):(\d+):(\d+)", re.MULTILINE)
+_TRACEBACK_FRAME = re.compile(r"^\s*\* " + re.escape(PROGRAM_FILE) + r":(\d+), in ", re.MULTILINE)
+_MAX_MESSAGE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A defect of a program and where it is (1-based), when it belongs to one place."""
+
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+    def as_dict(self) -> dict:
+        # Compile problems always carry a position: a program-wide one points at its start.
+        return {"line": self.line or 1, "column": self.column or 1, "message": self.message}
+
+
+class ProgramProblem(Exception):
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+
+
+def describe_error(text: str) -> Problem:
+    """The rendered StarlarkError text -> its first error line and where in the program it is.
+
+    The rendering is a traceback, an `error: ...` line and a ` --> file:line:column` span; the span
+    may point into the prelude (e.g. inside `fail`), in which case the innermost traceback frame in
+    the program gives the line.
+    """
+    errors = _ERROR_LINE.findall(text)
+    message = errors[-1].strip() if errors else text.strip().splitlines()[-1] if text.strip() else "error"
+    message = _shorten(message)
+    tail = text[text.rfind("error: ") :] if errors else text
+    span = _SPAN_LINE.search(tail)
+    if span and span.group(1) == PROGRAM_FILE:
+        return Problem(message, int(span.group(2)), int(span.group(3)))
+    frames = _TRACEBACK_FRAME.findall(text)
+    if frames:
+        return Problem(message, int(frames[-1]))
+    return Problem(message)
+
+
+def _shorten(message: str) -> str:
+    # Parse errors list every token that could have come next: keep the part a person reads.
+    message = re.sub(r", expected one of .*$", "", message)
+    return message if len(message) <= _MAX_MESSAGE_CHARS else message[: _MAX_MESSAGE_CHARS - 1] + "…"
+
+
+def _prelude_source(tool_names: tuple[str, ...]) -> str:
+    seen: set[str] = set()
+    fields = []
+    for name in tool_names:
+        if not _IDENTIFIER.match(name) or name in _STARLARK_KEYWORDS or keyword.iskeyword(name):
+            raise ProgramProblem(Problem(f"the tool name `{name}` cannot be used as tools.{name}: it is not an identifier"))
+        if name in seen:
+            raise ProgramProblem(Problem(f"the tool name `{name}` is declared twice"))
+        seen.add(name)
+        fields.append(f'    {name} = lambda input, check = True: __tool("{name}", input, check),\n')
+    return "\ntools = struct(\n" + "".join(fields) + ")\n"
+
+
+def _line_of_run_definition(source: str) -> int:
+    match = _DEF_RUN.search(source)
+    return source.count("\n", 0, match.start()) + 1 if match else 1
+
+
+class StarlarkLoader:
+    """Parses and evaluates programs; the same callables are bound into every module it builds."""
+
+    def __init__(self, callables: Mapping[str, Callable[..., object]], max_payload_bytes: int) -> None:
+        assert set(callables) == set(HOST_CALLABLE_NAMES)
+        self._callables = dict(callables)
+        self._globals = sl.Globals.extended_by([sl.LibraryExtension.StructType, sl.LibraryExtension.Json])
+        self._dialect = sl.Dialect.standard()
+        self._dialect.enable_load = False  # no load(): a program is one file and reaches nothing else
+        self._prelude_head_ast = sl.parse(
+            PRELUDE_FILE, _PRELUDE_HEAD.format(max_payload_bytes=max_payload_bytes), self._dialect
+        )
+        self._entry_ast = sl.parse(ENTRY_FILE, _ENTRY_SOURCE, self._dialect)
+        self._preludes: OrderedDict[tuple[str, ...], sl.AstModule] = OrderedDict()
+
+    def load(self, source: str, tool_names: tuple[str, ...], options: sl.EvalOptions) -> sl.FrozenModule:
+        """Raises ProgramProblem for a defect found without running the program, and StarlarkError
+        from evaluating its top level (the caller knows whether that was a fail(), a host call, a
+        cancellation or a plain error)."""
+        prelude = self._prelude(tool_names)
+        try:
+            program = sl.parse(PROGRAM_FILE, source, self._dialect)
+        except sl.StarlarkError as error:
+            raise ProgramProblem(describe_error(str(error))) from None
+        self._check_run_signature(source)
+        module = sl.Module()
+        for name, function in self._callables.items():
+            module.add_callable(name, function)
+        sl.eval_with(options, module, self._prelude_head_ast, self._globals)
+        sl.eval_with(options, module, prelude, self._globals)
+        sl.eval_with(options, module, program, self._globals)
+        sl.eval_with(options, module, self._entry_ast, self._globals)
+        if module["ledger__run_type"] != "function":
+            raise ProgramProblem(
+                Problem("`run` must be a function: def run(event): ...", _line_of_run_definition(source))
+            )
+        return module.freeze()
+
+    def _prelude(self, tool_names: tuple[str, ...]) -> sl.AstModule:
+        """The `tools` struct for these names (the rest of the prelude is shared by every program)."""
+        prelude = self._preludes.get(tool_names)
+        if prelude is None:
+            prelude = sl.parse(PRELUDE_FILE, _prelude_source(tool_names), self._dialect)
+            self._preludes[tool_names] = prelude
+            if len(self._preludes) > 64:
+                self._preludes.popitem(last=False)
+        else:
+            self._preludes.move_to_end(tool_names)
+        return prelude
+
+    def _check_run_signature(self, source: str) -> None:
+        """Type-check a call `run(None)` appended to the source: the checker reports a missing
+        `run` or one that cannot take exactly one argument without running anything."""
+        probe_line = source.count("\n") + (0 if source.endswith("\n") else 1) + 1
+        try:
+            probed = sl.parse(PROGRAM_FILE, source + ("" if source.endswith("\n") else "\n") + _PROBE_SOURCE, self._dialect)
+            errors, _, _ = probed.typecheck(self._globals, {})
+        except Exception:  # the checker is an extra; the run-time call reports the same defect
+            return
+        for error in errors:
+            span = error.span
+            if span is None or span.span.begin.line + 1 < probe_line:
+                continue  # a finding about the program's own code: not ours to judge here
+            if "not found" in str(error):
+                raise ProgramProblem(Problem("the program does not define `run`: def run(event): ..."))
+            raise ProgramProblem(
+                Problem("`run` must take exactly one argument, the event: def run(event): ...", _line_of_run_definition(source))
+            )

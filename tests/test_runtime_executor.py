@@ -1,0 +1,328 @@
+"""The sandbox executor pool: programs run in child processes, host calls come back re-entrantly.
+
+Pure tests (no database): a fake Host answers graphql/cel and runs nested tools on the same lease.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from ledger.runtime import CallFailure, ExecutorPool, Program, RunOutcome
+
+SMALL_MEMORY = 256 << 20
+
+
+def soon(seconds: float = 10.0) -> float:
+    return time.monotonic() + seconds
+
+
+def program(source: str, *tools: str, key: Any = None) -> Program:
+    return Program(key=key or ("test", source, tools), source=source, tool_names=tuple(tools))
+
+
+class FakeHost:
+    """Records host calls; runs `tools.<name>` as a nested program on the same lease."""
+
+    def __init__(self, lease=None, tools: dict[str, Program] | None = None, deadline: float | None = None) -> None:
+        self.lease = lease
+        self.tools = tools or {}
+        self.deadline = deadline
+        self.calls: list[tuple] = []
+        self.graphql_result: Any = {"data": {"ok": True}}
+        self.nested_outcomes: list[RunOutcome] = []
+
+    def graphql(self, document, variables, operation_name, check):
+        self.calls.append(("graphql", document, variables, operation_name, check))
+        if isinstance(self.graphql_result, BaseException):
+            raise self.graphql_result
+        return self.graphql_result() if callable(self.graphql_result) else self.graphql_result
+
+    def cel(self, expression, variables, check):
+        self.calls.append(("cel", expression, variables, check))
+        return True
+
+    def call_tool(self, name, input, check):
+        self.calls.append(("tool", name, input, check))
+        outcome = self.lease.run(self.tools[name], {"data": input}, self, self.deadline or soon())
+        self.nested_outcomes.append(outcome)
+        if outcome.ok:
+            return outcome.output
+        if check:
+            raise CallFailure(outcome.error_code, outcome.error_message, outcome.error_hint)
+        return {"status": "FAILED", "error": {"code": outcome.error_code, "message": outcome.error_message}}
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with ExecutorPool(2, memory_limit_bytes=SMALL_MEMORY, grace_seconds=0.5) as pool:
+        yield pool
+
+
+def run(pool: ExecutorPool, source: str, event: dict | None = None, host: FakeHost | None = None, seconds: float = 10.0):
+    with pool.lease(timeout=10) as lease:
+        host = host or FakeHost()
+        host.lease = lease
+        return lease.run(program(source), event if event is not None else {"data": None}, host, soon(seconds))
+
+
+def test_run_returns_output(pool):
+    outcome = run(pool, "def run(event):\n    return {'answer': 42, 'items': [1, 2.5, None, True, 'x']}\n")
+    assert outcome.ok, outcome
+    assert outcome.output == {"answer": 42, "items": [1, 2.5, None, True, "x"]}
+
+
+def test_event_data_is_readable(pool):
+    outcome = run(pool, "def run(event):\n    return event['data']['n'] * 2\n", {"data": {"n": 21}})
+    assert outcome.output == 42
+
+
+def test_integers_beyond_64_bits_cross_exactly(pool):
+    outcome = run(pool, "def run(event):\n    return event['data'] * 4\n", {"data": 1 << 70})
+    assert outcome.output == 1 << 72
+
+
+def test_print_is_captured_into_logs(pool):
+    outcome = run(pool, "def run(event):\n    print('hello', 1, {'a': [True, None]})\n    print('second')\n    return None\n")
+    assert outcome.ok
+    assert outcome.logs == ['hello 1 {"a": [True, None]}', "second"]
+
+
+def test_logs_are_bounded_with_a_truncation_marker(pool):
+    outcome = run(pool, "def run(event):\n    for i in range(1500):\n        print('line', i)\n")
+    assert outcome.ok
+    assert len(outcome.logs) == 1001
+    assert outcome.logs[999] == "line 999"
+    assert "500 line(s) not kept" in outcome.logs[-1]
+
+
+def test_fail_with_hint(pool):
+    outcome = run(pool, "def run(event):\n    fail('account overdrawn', hint='top the account up first')\n")
+    assert (outcome.ok, outcome.error_code) == (False, "action_failure")
+    assert outcome.error_message == "account overdrawn"
+    assert outcome.error_hint == "top the account up first"
+
+
+def test_runtime_error_names_the_line(pool):
+    outcome = run(pool, "def run(event):\n    x = 1\n    return x / 0\n")
+    assert outcome.error_code == "action_failure"
+    assert outcome.error_message == "float division by zero: 1 / 0 (line 3)"
+    assert outcome.error_hint is None
+
+
+def test_host_graphql_receives_document_variables_operation_name_and_check(pool):
+    host = FakeHost()
+    host.graphql_result = {"data": {"account": {"balance": 7}}}
+    source = (
+        "def run(event):\n"
+        "    a = graphql('query Q { x }', variables={'id': 'A'}, operation_name='Q', check=False)\n"
+        "    b = graphql('{ y }')\n"
+        "    return a['data']['account']['balance']\n"
+    )
+    outcome = run(pool, source, host=host)
+    assert outcome.output == 7
+    assert host.calls == [
+        ("graphql", "query Q { x }", {"id": "A"}, "Q", False),
+        ("graphql", "{ y }", None, None, True),
+    ]
+
+
+def test_cel_receives_expression_and_variables(pool):
+    host = FakeHost()
+    outcome = run(pool, "def run(event):\n    return cel('x > 3', {'x': 5})\n", host=host)
+    assert outcome.output is True
+    assert host.calls == [("cel", "x > 3", {"x": 5}, True)]
+
+
+def test_call_failure_from_host_fails_the_program_with_its_code(pool):
+    host = FakeHost()
+    host.graphql_result = CallFailure("insufficient_funds", "the account has 5, the transfer needs 7", "top it up")
+    outcome = run(pool, "def run(event):\n    graphql('mutation { transfer }')\n    return 'not reached'\n", host=host)
+    assert outcome.error_code == "insufficient_funds"
+    assert outcome.error_message == "the account has 5, the transfer needs 7"
+    assert outcome.error_hint == "top it up"
+
+
+def test_nested_runs_reenter_the_same_executor_three_levels_deep(pool):
+    level3 = program("def run(event):\n    print('level3')\n    return {'level': 3, 'seen': event['data']}\n")
+    level2 = program("def run(event):\n    inner = tools.level3(event['data'] + 1)\n    return {'level': 2, 'inner': inner}\n", "level3")
+    level1 = program(
+        "def run(event):\n"
+        "    inner = tools.level2(event['data'] + 1)\n"
+        "    graphql('{ after }')\n"
+        "    return {'level': 1, 'inner': inner}\n",
+        "level2",
+    )
+    with pool.lease() as lease:
+        host = FakeHost(lease, {"level2": level2, "level3": level3})
+        outcome = lease.run(level1, {"data": 1}, host, soon())
+    assert outcome.ok, outcome
+    assert outcome.output == {"level": 1, "inner": {"level": 2, "inner": {"level": 3, "seen": 3}}}
+    assert [call[0:2] for call in host.calls] == [("tool", "level2"), ("tool", "level3"), ("graphql", "{ after }")]
+    assert host.nested_outcomes[0].logs == ["level3"]
+
+
+def test_nested_failure_with_check_false_lets_the_caller_continue(pool):
+    failing = program("def run(event):\n    fail('no', hint='h')\n")
+    caller = program("def run(event):\n    r = tools.failing(1, check=False)\n    return r['status']\n", "failing")
+    with pool.lease() as lease:
+        outcome = lease.run(caller, {"data": None}, FakeHost(lease, {"failing": failing}), soon())
+    assert outcome.output == "FAILED"
+
+
+def test_deadline_is_a_response_timeout_and_the_executor_stays_usable(pool):
+    with pool.lease() as lease:
+        pid = lease.executor_pid
+        started = time.monotonic()
+        outcome = lease.run(program("def run(event):\n    for i in range(2000000000):\n        pass\n"), {}, FakeHost(lease), soon(0.3))
+        assert time.monotonic() - started < 1.0
+        assert outcome.error_code == "action_response_timeout"
+        assert "responseTimeout" in outcome.error_message
+        again = lease.run(program("def run(event):\n    return 'still here'\n"), {}, FakeHost(lease), soon())
+        assert again.output == "still here"
+        assert lease.executor_pid == pid
+
+
+def test_huge_string_multiplication_fails_in_bounded_time_and_the_pool_serves_the_next_run(pool):
+    started = time.monotonic()
+    outcome = run(pool, "def run(event):\n    return len('y' * 2000000000)\n", seconds=2)
+    assert time.monotonic() - started < 5
+    assert outcome.error_code in ("action_resource_exhausted", "action_response_timeout")
+    assert "memory bound of 256 MiB" in (outcome.error_hint or "")
+    assert run(pool, "def run(event):\n    return 1\n").output == 1
+
+
+def test_list_grown_without_bound_is_resource_exhausted(pool):
+    source = "def run(event):\n    x = []\n    for i in range(2000000000):\n        x.append(i)\n"
+    outcome = run(pool, source, seconds=20)
+    assert outcome.error_code == "action_resource_exhausted"
+    assert "memory" in outcome.error_message
+    assert run(pool, "def run(event):\n    return 2\n").output == 2
+
+
+def test_deep_recursion_is_bounded(pool):
+    outcome = run(pool, "def down(n):\n    return down(n + 1)\n\ndef run(event):\n    return down(0)\n")
+    assert outcome.error_code == "action_resource_exhausted"
+    assert "call stack exceeded 200 frames" in outcome.error_message
+
+
+def test_step_budget_bounds_work_before_the_deadline():
+    with ExecutorPool(1, memory_limit_bytes=SMALL_MEMORY, step_budget=1000) as small:
+        outcome = run(small, "def run(event):\n    for i in range(10000000):\n        pass\n")
+    assert outcome.error_code == "action_resource_exhausted"
+    assert "step budget of 1,000 steps" in outcome.error_message
+
+
+def test_output_must_be_json(pool):
+    for returned, what in (("struct(a = 1)", "struct"), ("run", "function"), ("{1: 2}", "dict key of type `int`")):
+        outcome = run(pool, f"def run(event):\n    return [{{'x': {returned}}}]\n")
+        assert outcome.error_code == "action_failure", returned
+        assert outcome.error_message.startswith("run() must return JSON values"), outcome.error_message
+        assert what in outcome.error_message
+
+
+def test_host_call_payload_is_bounded(pool):
+    outcome = run(pool, "def run(event):\n    return graphql('x' * 17000000)\n")
+    assert outcome.error_code == "action_resource_exhausted"
+    assert "the call to graphql() is at least 17,000,019 bytes as JSON" in outcome.error_message
+    assert "16,777,216" in outcome.error_message
+
+
+def test_host_exception_propagates_and_the_executor_stays_usable(pool):
+    with pool.lease() as lease:
+        pid = lease.executor_pid
+        host = FakeHost(lease)
+        host.graphql_result = RuntimeError("database went away")
+        with pytest.raises(RuntimeError, match="database went away"):
+            lease.run(program("def run(event):\n    return graphql('{ x }')\n"), {}, host, soon())
+        assert lease.run(program("def run(event):\n    return 3\n"), {}, FakeHost(lease), soon()).output == 3
+        assert lease.executor_pid == pid
+
+
+def test_run_must_be_a_one_argument_function(pool):
+    assert run(pool, "def helper():\n    pass\n").error_message.startswith("the program does not define `run`")
+    assert run(pool, "run = 3\n").error_message.startswith("`run` must be a function")
+    assert "exactly one argument" in run(pool, "def run():\n    pass\n").error_message
+
+
+def test_load_is_rejected(pool):
+    source = "load('other.star', 'helper')\n\ndef run(event):\n    return 1\n"
+    assert pool.compile(source, ()) == [{"line": 1, "column": 1, "message": "`load` is not allowed in this dialect"}]
+    outcome = run(pool, source)
+    assert outcome.error_code == "action_failure"
+    assert "`load` is not allowed" in outcome.error_message
+
+
+def test_compile_problems_carry_line_and_column(pool):
+    assert pool.compile("def run(event):\n    return 1 +\n", ()) == [
+        {"line": 2, "column": 15, "message": "Parse error: unexpected new line here"}
+    ]
+    assert pool.compile("def run(event):\n    return undefined_name\n", ()) == [
+        {"line": 2, "column": 12, "message": "Variable `undefined_name` not found"}
+    ]
+
+
+def test_compile_accepts_a_good_program(pool):
+    source = "LIMIT = 10\n\ndef run(event):\n    return tools.pay({'n': LIMIT})\n"
+    assert pool.compile(source, ("pay",)) == []
+
+
+def test_compile_rejects_host_calls_at_load_time(pool):
+    problems = pool.compile("\nrows = graphql('{ x }')\n\ndef run(event):\n    return rows\n", ())
+    assert problems == [
+        {"line": 2, "column": 1, "message": "graphql() cannot be called while the program loads; call it inside run()"}
+    ]
+
+
+def test_two_leases_run_at_once_on_two_threads(pool):
+    # Each program waits inside a host call for the other: serialised runs would never meet.
+    barrier = threading.Barrier(2, timeout=5)
+    results: list[Any] = []
+
+    def one() -> None:
+        host = FakeHost()
+        host.graphql_result = lambda: barrier.wait() >= 0
+        results.append(run(pool, "def run(event):\n    return graphql('{ meet }')\n", host=host))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert [outcome.output for outcome in results] == [True, True]
+
+
+@pytest.fixture(scope="module")
+def big_pool():
+    """For cases that need more than the small memory bound: the default 1 GiB."""
+    with ExecutorPool(1, grace_seconds=0.3) as big_pool:
+        yield big_pool
+
+
+def test_a_200_mb_output_is_resource_exhausted(big_pool):
+    outcome = run(big_pool, "def run(event):\n    return 'x' * 200000000\n")
+    assert outcome.error_code == "action_resource_exhausted"
+    assert outcome.error_message == (
+        "the output is at least 200,000,002 bytes as JSON, over the limit of 16,777,216 bytes (16 MiB)"
+    )
+
+
+def test_a_stuck_nested_run_is_killed_and_every_frame_fails(big_pool):
+    # 'ab' * 300000000 is one 3 s operation: check_cancelled never fires, so the server kills.
+    stuck = program("def run(event):\n    return len('ab' * 300000000)\n")
+    caller = program("def run(event):\n    tools.stuck(None, check=False)\n    return 'not reached'\n", "stuck")
+    with big_pool.lease() as lease:
+        pid = lease.executor_pid
+        host = FakeHost(lease, {"stuck": stuck}, deadline=soon(0.3))
+        started = time.monotonic()
+        outcome = lease.run(caller, {}, host, soon(5))
+        assert time.monotonic() - started < 2
+        assert host.nested_outcomes[0].error_code == "action_response_timeout"
+        assert outcome.error_code == "action_response_timeout"
+        assert lease.executor_pid is None
+        again = lease.run(program("def run(event):\n    return 'fresh'\n"), {}, FakeHost(lease), soon())
+        assert again.output == "fresh"
+        assert lease.executor_pid not in (None, pid)
