@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import LedgerError
+from ..policy.cel import CelError, compile_expression_check
 from ..policy.statements import parse_policies
 from .natives import NATIVE_TOOLS, RESERVED_NAMES
 from .schemas import schema_problems
@@ -317,6 +318,16 @@ def _check_references(action_id: uuid.UUID, references: list, lookup: ReferenceL
         if target.action_id == action_id or _leads_back(action_id, target.action_id, version, walk):
             problems.add(path, f"referencing {name!r} makes a cycle: it leads back to this action")
             continue
+        fixed = ref.get("input")
+        if fixed is not None and not isinstance(fixed, dict):
+            problems.add(f"{path}.input", "fixed input is an object of field values")
+            continue
+        for key, value in (fixed or {}).items():
+            if isinstance(value, dict) and set(value) == {"$cel"}:
+                try:
+                    compile_expression_check(value["$cel"], ("session", "event"))
+                except CelError as exc:
+                    problems.add(f"{path}.input.{key}", exc.message)
         tool_names[tool_name] = index
         normalized.append({"name": name, "actionId": str(target.action_id), "actionVersion": version,
                            "input": ref.get("input")})

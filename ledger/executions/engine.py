@@ -58,6 +58,8 @@ class CallTree:
     calls_beneath: int = 0
     stack: list[tuple[uuid.UUID, int]] = field(default_factory=list)
     lease: Any = None
+    # The session of the top-level call ({id, input}), for fixed input's `session`; None without one.
+    session: dict | None = None
 
     def executor(self):
         if self.lease is None:
@@ -266,6 +268,27 @@ def graphql_failure(errors: list[dict]) -> tuple[str, str, str | None]:
     return code, first.get("message", "the document failed"), ext.get("hint")
 
 
+def merge_fixed_input(supplied: Any, fixed: Any, session: dict | None, event: dict) -> Any:
+    """The reference's fixed values replace what the program supplied; `{"$cel": expr}` values are
+    evaluated once per call over `session` and `event`."""
+    if not fixed:
+        return supplied
+    if not isinstance(fixed, dict):
+        return fixed
+    resolved: dict = {}
+    for key, value in fixed.items():
+        if isinstance(value, dict) and set(value) == {"$cel"}:
+            try:
+                resolved[key] = evaluate_expression(value["$cel"], {"session": session, "event": event})
+            except CelError as exc:
+                raise _Failed("action_input_invalid", f"the fixed input {key!r} could not be evaluated: {exc.message}",
+                              "fix the $cel expression of the reference's fixed input") from exc
+        else:
+            resolved[key] = value
+    base = supplied if isinstance(supplied, dict) else {}
+    return {**base, **resolved}
+
+
 class ToolHost:
     """The server side of one running program's host calls."""
 
@@ -336,6 +359,20 @@ class ToolHost:
         child.output = {"value": value}
         return value
 
+    def _refused_child(self, target: dict, input: Any, sequence: int, child_id: uuid.UUID,
+                       failed: "_Failed") -> PendingExecution:
+        """A call that fails before its program runs (its fixed input could not be resolved)."""
+        child = PendingExecution(
+            execution_id=child_id, action_id=target["action_id"], action_version=target["version"], status="FAILED",
+            parent_execution_id=self.pending.execution_id, root_execution_id=self.pending.root_execution_id,
+            call_sequence=sequence, depth=self.pending.depth + 1, client_id=self.scope.principal.client_id,
+            event={"eventType": "action.invoked", "data": input, "recordType": None, "recordId": None},
+            input=input, started_at=_now(), finished_at=_now(),
+            error={"code": failed.code, "message": failed.message, "hint": failed.hint},
+        )
+        self.tree.pending.append(child)
+        return child
+
     def call_tool(self, name: str, input: Any, check: bool) -> Any:
         target = self.tools.get(name)
         if target is None:
@@ -353,10 +390,21 @@ class ToolHost:
             raise CallFailure("action_failure", f"the tool {name!r} is not callable ({target['status']})",
                               "publish or enable the tool it references")
         sequence, child_id = self._next_child()
-        child = run_call(self.scope, self.tree, target, input, execution_id=child_id,
-                         parent_execution_id=self.pending.execution_id,
-                         root_execution_id=self.pending.root_execution_id, call_sequence=sequence,
-                         depth=self.pending.depth + 1, deadline=self.deadline)
+        reference = target.get("reference") or {}
+        try:
+            input = merge_fixed_input(input, reference.get("input"), self.tree.session, self.pending.event)
+        except _Failed as failed:
+            child = self._refused_child(target, input, sequence, child_id, failed)
+        else:
+            child = run_call(self.scope, self.tree, target, input, execution_id=child_id,
+                             parent_execution_id=self.pending.execution_id,
+                             root_execution_id=self.pending.root_execution_id, call_sequence=sequence,
+                             depth=self.pending.depth + 1, deadline=self.deadline)
+            if (child.status == "FAILED" and child.error["code"] == "action_input_invalid"
+                    and reference.get("input") and reference.get("actionVersion") is None):
+                child.error["hint"] = (f"the reference to {reference.get('name')!r} has no version, and version "
+                                       f"{target['version']} does not accept its fixed input: pin a version that "
+                                       "accepts the fixed input, or change the fixed input")
         if child.status == "SUCCEEDED":
             if check:
                 return child.output

@@ -68,10 +68,9 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
         scope.require("SELECT", ACTION, as_document(record))
         scope.require("INVOKE", ACTION, as_document(record))
     record = callable_record(scope, action_id, version)
-    if record["tool"].get("session") or session_id is not None:
-        from .sessions import require_session_support
-
-        require_session_support(record)
+    session = None
+    if session_id is not None and not record["tool"].get("session"):
+        raise ActionNotCallable(f"{record['name']!r} has no sessions", hint="omit sessionId")
     new_row = {"tenant_id": scope.tenant_id, "id": execution_id, "action_id": action_id,
                "action_version": record["version"], "status": "RUNNING", "parent_execution_id": None,
                "root_execution_id": execution_id, "depth": 0, "client_id": scope.principal.client_id,
@@ -79,9 +78,17 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
     scope.require("SELECT", EXECUTION, execution_document(new_row))
     scope.require("INSERT", EXECUTION, execution_document(new_row))
 
+    if record["tool"].get("session"):
+        from . import sessions
+
+        sessions.require_session_grants(scope)
+        session = sessions.find_or_create(scope, action_id, session_id, input)
+
     own_tree = tree is None
     if own_tree:
         tree = CallTree(scope)
+        if session is not None:
+            tree.session = {"id": str(session["id"]), "input": session["input"]}
         scope.request_state[TREE_KEY] = tree
     parent = scope.writing_execution_id if not own_tree else None
     try:
@@ -93,13 +100,17 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
         pending = run_call(scope, tree, record, input, execution_id=execution_id, parent_execution_id=parent,
                            root_execution_id=execution_id if own_tree else tree.pending[0].root_execution_id,
                            call_sequence=None, depth=0 if own_tree else len(tree.stack),
-                           deadline=scope.deadline)
+                           deadline=scope.deadline, session_id=session["id"] if session else None)
     finally:
         if own_tree:
             scope.request_state.pop(TREE_KEY, None)
             tree.close()
     if not own_tree:
         return pending.as_record(scope.one("SELECT now() AS now")["now"])
+    if session is not None:
+        from . import sessions
+
+        sessions.record_input(scope, session, execution_id, input)
     try:
         created_at = flush(scope, tree.pending)
     except psycopg.errors.UniqueViolation as exc:

@@ -1,24 +1,86 @@
-"""Sessions of session tools (`financial.Session`, `financial.SessionInput`): reads and close.
+"""Sessions of session tools (`financial.Session`, `financial.SessionInput`).
 
-Calling a session tool (find-or-create in its own transaction, SessionInput records) is not built
-yet; such calls are refused with `not_implemented` rather than run without their session.
+A call to a tool with `session: true` finds the caller's open session for the action, or creates one
+whose `input` is this call's input. That happens in a short transaction of its own, on a separate
+connection, before the call, so the session survives even when the call then fails. The call itself is
+recorded as a SessionInput in the request's transaction.
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
+from typing import Any
+
+from psycopg.types.json import Jsonb
 
 from ..errors import LedgerError, NotFound
 from ..scope import Scope
 
 SESSION = "financial.Session.document"
+SESSION_INDEX = "financial.Session.indexes.by_client_action"
+SESSION_INPUT = "financial.SessionInput.document"
 SESSION_INPUT_INDEX = "financial.SessionInput.indexes.by_session"
 _COLUMNS = "tenant_id, id, action_id, client_id, input, closed, created_at"
 
 
-def require_session_support(record: dict) -> None:
-    raise LedgerError(f"{record['name']!r} is a session tool, and calls with sessions are not supported yet",
-                      code="not_implemented", hint="call a tool without `session: true`")
+class SessionNotCallable(LedgerError):
+    code = "action_not_callable"
+
+
+def require_session_grants(scope: Scope) -> None:
+    """The index grants a direct caller needs before any session work (documents are checked per row)."""
+    for operation in ("SELECT", "INSERT"):
+        scope.require(operation, SESSION_INDEX, index=True)
+        scope.require(operation, SESSION_INPUT_INDEX, index=True)
+
+
+def find_or_create(scope: Scope, action_id: uuid.UUID, session_id: uuid.UUID | None, input: Any) -> dict:
+    """The session of this call, committed in its own transaction."""
+    services = scope.services
+    with services.db.transaction(scope.tenant_id, deadline=scope.deadline) as conn:
+        own = replace(scope, conn=conn, _decisions={})
+        if session_id is not None:
+            row = own.one(f"SELECT {_COLUMNS} FROM sessions WHERE tenant_id = %s AND id = %s", (scope.tenant_id, session_id))
+            if row is None or row["client_id"] != scope.principal.client_id or row["action_id"] != action_id:
+                raise SessionNotCallable(f"no session {session_id} of this client for this action",
+                                         hint="omit sessionId to use (or start) your open session for the action")
+            own.require("SELECT", SESSION, row)
+            if row["closed"]:
+                raise SessionNotCallable(f"session {session_id} is closed",
+                                         hint="omit sessionId to start a new session")
+            return row
+        row = own.one(f"SELECT {_COLUMNS} FROM sessions WHERE tenant_id = %s AND client_id = %s AND action_id = %s"
+                      " AND NOT closed", (scope.tenant_id, scope.principal.client_id, action_id))
+        if row is not None:
+            own.require("SELECT", SESSION, row)
+            return row
+        new_id = uuid.uuid4()
+        candidate = {"tenant_id": scope.tenant_id, "id": new_id, "action_id": action_id,
+                     "client_id": scope.principal.client_id, "input": input, "closed": False}
+        own.require("INSERT", SESSION, candidate)
+        own.require("SELECT", SESSION, candidate)
+        row = own.one(
+            f"INSERT INTO sessions (tenant_id, id, action_id, client_id, input) VALUES (%s, %s, %s, %s, %s)"
+            f" ON CONFLICT (tenant_id, client_id, action_id) WHERE NOT closed DO NOTHING RETURNING {_COLUMNS}",
+            (scope.tenant_id, new_id, action_id, scope.principal.client_id, Jsonb(input)),
+        )
+        if row is None:  # a concurrent call created it first
+            row = own.one(f"SELECT {_COLUMNS} FROM sessions WHERE tenant_id = %s AND client_id = %s"
+                          " AND action_id = %s AND NOT closed", (scope.tenant_id, scope.principal.client_id, action_id))
+        return row
+
+
+def record_input(scope: Scope, session: dict, execution_id: uuid.UUID, input: Any) -> None:
+    doc = {"tenant_id": scope.tenant_id, "session_id": session["id"], "action_id": session["action_id"],
+           "client_id": scope.principal.client_id, "execution_id": execution_id, "input": input}
+    scope.require("INSERT", SESSION_INPUT, doc)
+    scope.require("SELECT", SESSION_INPUT, doc)
+    scope.conn.execute(
+        "INSERT INTO session_inputs (tenant_id, session_id, execution_id, action_id, client_id, input)"
+        " VALUES (%s, %s, %s, %s, %s, %s)",
+        (scope.tenant_id, session["id"], execution_id, session["action_id"], scope.principal.client_id, Jsonb(input)),
+    )
 
 
 def get_session(scope: Scope, session_id: uuid.UUID) -> dict | None:
@@ -33,7 +95,7 @@ def inputs_of(scope: Scope, session_id: uuid.UUID) -> list[dict]:
     rows = scope.all(
         "SELECT tenant_id, session_id, execution_id, action_id, client_id, input, created_at FROM session_inputs"
         " WHERE tenant_id = %s AND session_id = %s ORDER BY seq", (scope.tenant_id, session_id))
-    return scope.visible("financial.SessionInput.document", rows)
+    return scope.visible(SESSION_INPUT, rows)
 
 
 def close_session(scope: Scope, session_id: uuid.UUID) -> dict:
