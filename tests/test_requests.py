@@ -472,3 +472,30 @@ def test_no_request_answers_500(api, body):
     assert response.status_code < 500, response.text
     errors = response.json().get("errors") or []
     assert all(e["extensions"]["code"] != "internal_error" for e in errors), errors
+
+
+# ---------------------------------------------------------------------------- JSON numbers
+
+
+def test_request_json_keeps_integers_beyond_64_bits_exact():
+    from ledger.api.http import _load_json
+
+    body = b'{"query": "{ viewer { tenantId } }", "variables": {"x": 1180591620717411303424, "y": -9223372036854775809}}'
+    assert _load_json(body)["variables"] == {"x": 2**70, "y": -(2**63) - 1}
+
+
+def test_response_json_writes_integers_beyond_64_bits_exactly():
+    from ledger.api.http import _json
+
+    assert _json({"data": {"x": 2**70, "y": [-(2**64)]}}).body == b'{"data":{"x":1180591620717411303424,"y":[-18446744073709551616]}}'
+
+
+def test_nan_is_not_json(api):
+    response = _raw(api, b'{"query": "query($x: Int64) { viewer { tenantId } }", "variables": {"x": NaN}}')
+    assert response.status_code == 400
+    assert response.json()["errors"][0]["extensions"]["code"] == "bad_request"
+
+
+def test_body_with_a_utf8_byte_order_mark_is_read(api):
+    response = _raw(api, b'\xef\xbb\xbf{"query": "{ viewer { tenantId } }"}')
+    assert response.json() == {"data": {"viewer": {"tenantId": str(api.tenant_id)}}}

@@ -8,7 +8,9 @@ database connection.
 from __future__ import annotations
 
 import functools
+import json
 import logging
+import re
 import random
 import time
 from typing import Any
@@ -47,16 +49,38 @@ class _RollBack(Exception):
         self.payload = payload
 
 
+# A run of 19 digits is the shortest text of an integer orjson cannot hold exactly (2**63 has 19).
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+
+
+def _load_json(body: bytes) -> Any:
+    """The request body as JSON; ValueError when it is not JSON.
+
+    orjson reads an integer beyond 64 bits as a float, silently dropping digits, so a body that may hold
+    one is read by the standard library, which keeps every integer exact (inputs are stored as received).
+    """
+    if not _LONG_DIGITS.search(body):
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass  # the standard library reads a UTF-8 BOM or UTF-16, or says what is wrong
+    try:
+        return json.loads(body, parse_constant=_not_json)
+    except RecursionError:  # nesting deeper than the stack
+        raise ValueError("the JSON is nested too deeply") from None
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON value")
+
+
 def _json(payload: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(payload, option=orjson.OPT_PASSTHROUGH_DATACLASS, default=_default),
-                    status_code=status, media_type="application/json")
-
-
-def _default(value: Any) -> Any:
-    # Values beyond 64 bits (stored as received) and other exotic JSON leaves.
-    if isinstance(value, int):
-        return float(value) if abs(value) > 2**64 else str(value)
-    return str(value)
+    try:
+        content = orjson.dumps(payload, option=orjson.OPT_PASSTHROUGH_DATACLASS, default=str)
+    except orjson.JSONEncodeError:
+        # An integer beyond 64 bits (an input stored as received): the standard library writes it exactly.
+        content = json.dumps(payload, default=str, ensure_ascii=False, separators=(",", ":")).encode()
+    return Response(content, status_code=status, media_type="application/json")
 
 
 def error_payload(message: str, code: str, hint: str | None = None, **extra: Any) -> dict:
@@ -151,16 +175,11 @@ class GraphQLEndpoint:
             chunks.append(chunk)
         body = b"".join(chunks)
         try:
-            params = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            try:
-                import json
-
-                params = json.loads(body)  # numbers beyond 64 bits are still JSON
-            except (ValueError, RecursionError):  # RecursionError: nesting deeper than the stack
-                REQUESTS.labels("bad_request").inc()
-                return _json({"errors": [error_payload(f"the body is not valid JSON: {exc}", "bad_request",
-                                                       "send a JSON object {query, variables, operationName}")]}, 400)
+            params = _load_json(body)
+        except ValueError as exc:
+            REQUESTS.labels("bad_request").inc()
+            return _json({"errors": [error_payload(f"the body is not valid JSON: {exc}", "bad_request",
+                                                   "send a JSON object {query, variables, operationName}")]}, 400)
         if not isinstance(params, dict) or not isinstance(params.get("query"), str):
             REQUESTS.labels("bad_request").inc()
             return _json({"errors": [error_payload("the body needs a `query` string", "bad_request",

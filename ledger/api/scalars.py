@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, NewType
 
 import strawberry
@@ -9,6 +10,10 @@ from graphql import IntValueNode, StringValueNode, ValueNode
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
+# From this magnitude on, a whole float may be a rounded neighbour of the number that was sent.
+_EXACT_FLOAT = 2**53
+# ASCII digits only: str.isdigit() and int() would also take other scripts' digits ("١٢" is 12).
+_DECIMAL = re.compile(r"-?[0-9]+")
 
 
 def _int64(value: Any) -> int:
@@ -17,12 +22,14 @@ def _int64(value: Any) -> int:
     if isinstance(value, int):
         number = value
     elif isinstance(value, float) and value.is_integer():
+        if abs(value) >= _EXACT_FLOAT:
+            # A float this large may already have lost digits (JSON parsers read big numbers as floats).
+            raise ValueError(f"{value!r} is too large to be exact as a number; send it as a decimal string")
         number = int(value)
     elif isinstance(value, str):
-        text = value.strip()
-        if not text or not (text.lstrip("-").isdigit()) or text.count("-") > 1:
+        if not _DECIMAL.fullmatch(value):
             raise ValueError(f"Int64 takes a whole number or a decimal string, not {value!r}")
-        number = int(text)
+        number = int(value)
     else:
         raise ValueError(f"Int64 takes a whole number or a decimal string, not {value!r}")
     if not INT64_MIN <= number <= INT64_MAX:
