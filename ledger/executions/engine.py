@@ -19,7 +19,7 @@ import orjson
 
 from ..actions import natives
 from ..actions.schemas import first_error
-from ..errors import LedgerError, PermissionDenied
+from ..errors import LedgerError, PermissionDenied, Retryable
 from ..policy.cel import CelError, evaluate_expression
 from ..policy.chain import Layer
 from ..policy.statements import parse_policies
@@ -239,22 +239,65 @@ def _run_native(scope: Scope, tree: CallTree, record: dict, input: Any, pending:
 
 
 def execute_graphql(scope: Scope, document: str, variables: dict | None, operation_name: str | None):
-    """Run a document on the request's transaction under `scope`; returns (data, formatted errors)."""
+    """Run a document on the request's transaction under `scope`; returns (data, formatted errors).
+
+    A transient database failure (or any `Retryable`) is raised, never returned: a program cannot
+    swallow it with `check=False`, and the request is retried as a whole.
+    """
+    import psycopg
+    from strawberry.exceptions import MissingQueryError
+    from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
+
     from ..api.context import RequestContext
-    from ..api.http import format_error
+    from ..api.http import error_payload, format_error
     from ..api.schema import schema
+    from ..db.pool import as_ledger_error
 
-    result = schema.execute_sync(document, variable_values=variables, context_value=RequestContext(scope),
-                                 operation_name=operation_name)
-    errors = [format_error(e) for e in result.errors] if result.errors else None
-    if result.errors:
-        for e in result.errors:
-            from ..db.pool import as_ledger_error
-            import psycopg
+    def document_error(message: str):
+        return None, [error_payload(message, "graphql_validation_failed",
+                                    "check the document and its variables against the schema")]
 
-            if isinstance(e.original_error, psycopg.Error):
-                raise as_ledger_error(e.original_error)
-    return result.data, errors
+    if operation_name is None and _operation_count(document) > 1:
+        # strawberry would silently run the first one.
+        return document_error("the document has several operations: name the one to run with `operation_name`")
+    try:
+        result = schema.execute_sync(document, variable_values=variables, context_value=RequestContext(scope),
+                                     operation_name=operation_name)
+    except MissingQueryError:
+        return document_error("the document is empty")
+    except CannotGetOperationTypeError:
+        return document_error(f"the document has no operation named {operation_name!r}" if operation_name
+                              else "the document has several operations: name the one to run with `operation_name`")
+    except InvalidOperationTypeError:
+        return document_error("graphql() runs queries and mutations only")
+    if not result.errors:
+        return result.data, None
+    for e in result.errors:
+        original = e.original_error
+        if isinstance(original, Retryable):
+            raise original
+        if isinstance(original, psycopg.Error):
+            translated = as_ledger_error(original)
+            if isinstance(translated, Retryable):
+                raise translated
+            raise original
+    return result.data, [format_error(e) for e in result.errors]
+
+
+def _operation_count(document: str) -> int:
+    from graphql import GraphQLError, OperationDefinitionNode, parse
+
+    try:
+        parsed = parse(document, no_location=True, max_tokens=20_000)
+    except GraphQLError:
+        return 1  # the execution reports the syntax error
+    return sum(isinstance(d, OperationDefinitionNode) for d in parsed.definitions)
+
+
+# Codes a failed graphql() keeps with check=True: denials, the domain's business rules and call limits.
+# Anything else (a document error, a missing record, an uncallable action, ...) is `graphql_error`.
+_KEPT_CODES = frozenset({"action_permission_denied", "action_call_limit_exceeded",
+                         "insufficient_funds", "currency_mismatch", "invalid_amount", "already_exists"})
 
 
 def graphql_failure(errors: list[dict]) -> tuple[str, str, str | None]:
@@ -263,7 +306,7 @@ def graphql_failure(errors: list[dict]) -> tuple[str, str, str | None]:
     code = ext.get("code") or "graphql_error"
     if code == "permission_denied":
         code = "action_permission_denied"
-    elif code in ("graphql_validation_failed", "internal_error", "not_executed", "invalid_input", "not_found"):
+    elif code not in _KEPT_CODES:
         code = "graphql_error"
     return code, first.get("message", "the document failed"), ext.get("hint")
 

@@ -10,8 +10,8 @@ import psycopg
 from ..actions.registry import ACTION, as_document, load_action
 from ..errors import LedgerError, Retryable
 from ..scope import Scope
-from .engine import MAX_CALLS_BENEATH, CallLimitExceeded, CallTree, run_call
-from .records import EXECUTION, execution_document, flush, load_execution, record_of
+from .engine import MAX_CALLS_BENEATH, MAX_TOOL_DEPTH, CallLimitExceeded, CallTree, run_call
+from .records import EXECUTION, PendingExecution, execution_document, flush, load_execution, record_of
 
 TREE_KEY = "call_tree"
 
@@ -63,6 +63,12 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
     existing = load_execution(scope, execution_id)
     if existing is not None:
         return _repeat(scope, existing, action_id, version, input)
+    if tree is not None:
+        # Executions of the running call tree are recorded only when it finishes: look there too, or a
+        # repeat inside one request would run again and then collide with itself when the tree is written.
+        earlier = next((p for p in tree.pending if p.execution_id == execution_id), None)
+        if earlier is not None:
+            return _repeat_within_tree(scope, earlier, action_id, version, input)
     record = load_action(scope, action_id, version)
     if record is not None:
         scope.require("SELECT", ACTION, as_document(record))
@@ -93,6 +99,9 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
     parent = scope.writing_execution_id if not own_tree else None
     try:
         if not own_tree:
+            if len(tree.stack) > MAX_TOOL_DEPTH:
+                raise CallLimitExceeded(f"invoking {record['name']!r} would go deeper than {MAX_TOOL_DEPTH} tool levels",
+                                        hint="flatten the call tree")
             if tree.calls_beneath >= MAX_CALLS_BENEATH:
                 raise CallLimitExceeded(f"more than {MAX_CALLS_BENEATH} calls beneath one call",
                                         hint="batch the work into fewer calls")
@@ -131,3 +140,23 @@ def _repeat(scope: Scope, existing: dict, action_id: uuid.UUID, version: int | N
             hint="use a new executionId for a new call; repeat a call only with the same action and input",
         )
     return record_of(existing)
+
+
+def _repeat_within_tree(scope: Scope, earlier: PendingExecution, action_id: uuid.UUID, version: int | None,
+                        input: Any) -> dict:
+    """A nested invokeAction repeating an executionId that the running call tree already used."""
+    row = {"tenant_id": scope.tenant_id, "id": earlier.execution_id, "action_id": earlier.action_id,
+           "action_version": earlier.action_version, "status": earlier.status,
+           "parent_execution_id": earlier.parent_execution_id, "root_execution_id": earlier.root_execution_id,
+           "depth": earlier.depth, "client_id": earlier.client_id, "session_id": earlier.session_id, "started": False}
+    scope.require("SELECT", EXECUTION, execution_document(row))
+    if earlier.status == "RUNNING":
+        raise ExecutionIdConflict(f"executionId {earlier.execution_id} belongs to a call that is still running",
+                                  hint="use a new executionId for a new call")
+    same_version = version is None or version == earlier.action_version
+    if earlier.action_id != action_id or not same_version or earlier.input != input:
+        raise ExecutionIdConflict(
+            f"executionId {earlier.execution_id} was already used for another call",
+            hint="use a new executionId for a new call; repeat a call only with the same action and input",
+        )
+    return earlier.as_record(scope.one("SELECT now() AS now")["now"])
