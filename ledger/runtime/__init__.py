@@ -23,10 +23,12 @@ Behaviour chosen where the contract left a choice:
   the lease gets a fresh executor. Death of an executor (memory: SIGABRT/SIGSEGV) likewise, with
   `action_resource_exhausted` and a hint naming the memory bound.
 - Output, event, host call arguments and results are each bounded by `max_payload_bytes` as
-  JSON; past it `action_resource_exhausted` names the size and the bound. Output must be JSON:
-  dicts with string keys, lists, tuples, strings, ints, finite floats, bools, None (a struct, a
-  function, a non-finite float is `action_failure`). Host call arguments are encoded by
-  Starlark's `json.encode`, which writes structs as objects and non-string dict keys as strings.
+  JSON; past it `action_resource_exhausted` names the size and the bound. The output and host
+  call arguments must be JSON: dicts with string keys, lists, tuples, strings, ints (any size),
+  finite floats, bools, None, nested at most 100 levels; anything else (a struct, a function, a
+  NaN, a cycle) is `action_failure`. (Deeper values would crash `json.encode`, which recurses
+  natively; a program calling `json.encode` itself on such a value loses its executor and gets
+  `action_resource_exhausted`.)
 - The program's top level runs once per executor and program key, with host calls refused (a
   host call there fails the run, and is a compile problem); its print() lines are dropped.
 - A host method raising anything but `CallFailure` unwinds the program (the executor stays

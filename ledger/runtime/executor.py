@@ -136,7 +136,7 @@ class Executor:
                 "__host": self._host_call,
                 "__print": self._print,
                 "__fail": self._fail,
-                "__bad_output": self._bad_output,
+                "__not_json": self._not_json,
                 "__too_large": self._too_large,
             },
             settings.max_payload_bytes,
@@ -305,12 +305,14 @@ class Executor:
     # --- host callables (called by Starlark; act for the innermost frame) -----------------------
 
     def _host_call(self, function: str, label: str, arguments_json: str) -> Any:
+        """`label` reads "the call to graphql()"."""
         frame = self.frames[-1]
         if frame.loading:
-            self._record(frame, Failure(ACTION_FAILURE, f"{label} cannot be called while the program loads; call it inside run()"))
+            name = label.removeprefix("the call to ")
+            self._record(frame, Failure(ACTION_FAILURE, f"{name} cannot be called while the program loads; call it inside run()"))
         payload = arguments_json.encode()
         if len(payload) > self.settings.max_payload_bytes:
-            self._record(frame, failures.payload_too_large(f"the call to {label}", len(payload), self.settings.max_payload_bytes))
+            self._record(frame, failures.payload_too_large(label, len(payload), self.settings.max_payload_bytes))
         self.channel.send({"t": "call", "fn": function}, payload)
         reply = self._await_reply()
         if reply.envelope["ok"]:
@@ -326,19 +328,17 @@ class Executor:
         frame = self.frames[-1]
         self._record(frame, Failure(ACTION_FAILURE, message, None if hint is None else str(hint)))
 
-    def _bad_output(self, what: str) -> NoReturn:
+    def _not_json(self, label: str, what: str) -> NoReturn:
         frame = self.frames[-1]
-        self._record(
-            frame,
-            Failure(
-                ACTION_FAILURE,
-                f"run() must return JSON values; the output contains {what}",
-                "return only dicts with string keys, lists, strings, numbers, booleans and None",
-            ),
-        )
+        if label == "the output":
+            message = f"run() must return JSON values; the output contains {what}"
+        else:
+            message = f"{label} must pass JSON values; it contains {what}"
+        hint = "use only dicts with string keys, lists, strings, numbers, booleans and None"
+        self._record(frame, Failure(ACTION_FAILURE, message, hint))
 
     def _too_large(self, what: str, characters: int) -> NoReturn:
-        # Counted in characters by Starlark: the UTF-8 size is at least that.
+        # Counted in characters (or values) by Starlark: the UTF-8 size is at least that.
         frame = self.frames[-1]
         self._record(frame, failures.payload_too_large(what, characters, self.settings.max_payload_bytes, at_least=True))
 

@@ -16,7 +16,7 @@ on this lease's stack fails with the same failure. Afterwards:
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ledger.runtime import failures
 from ledger.runtime.failures import Failure
@@ -144,7 +144,9 @@ class ExecutorLease:
         function = message.envelope["fn"]
         if time.monotonic() >= deadline:
             return _failure_reply(failures.response_timeout())
-        arguments = message.value()
+        arguments = _call_arguments(function, message)
+        if arguments is None:
+            return _failure_reply(_MALFORMED_CALL)
         try:
             value = _dispatch(host, function, arguments)
         except CallFailure as failure:
@@ -194,6 +196,8 @@ class ExecutorLease:
         try:
             self._send(process, {"t": "compile", "source": source, "tools": list(tool_names), "deadline": deadline})
             message = self._receive(process, deadline + self._grace)
+            if message.kind != "problems":
+                self._lose(process, Failure(failures.ACTION_FAILURE, f"the executor sent an unexpected {message.kind!r}"))
         except _ExecutorLost as lost:
             self._broken = None
             failure = lost.failure
@@ -234,11 +238,11 @@ class ExecutorLease:
                 Failure(failures.ACTION_RESOURCE_EXHAUSTED, f"the executor sent a message over the size bound ({error})"),
             )
 
-    def _lose_dead(self, process: ExecutorProcess) -> None:
+    def _lose_dead(self, process: ExecutorProcess) -> NoReturn:
         status = process.exit_status()
         self._lose(process, failures.executor_died(status, self._settings.memory_limit_bytes))
 
-    def _lose(self, process: ExecutorProcess, failure: Failure) -> Any:
+    def _lose(self, process: ExecutorProcess, failure: Failure) -> NoReturn:
         """Kill and drop the executor; every frame on it fails with `failure`."""
         process.kill()
         if self._process is process:
@@ -248,6 +252,31 @@ class ExecutorLease:
         raise _ExecutorLost(self._broken or failure)
 
 
+# The prelude always sends well-formed calls, but a program can reach `__host` itself: whatever
+# arrives is checked here, so a Host only ever sees the types its protocol promises.
+_MALFORMED_CALL = Failure(
+    failures.ACTION_FAILURE, "the program made a malformed host call", "call graphql(), cel() and tools.<name>() only"
+)
+_ARGUMENT_TYPES: dict[str, tuple[tuple[type, ...] | None, ...]] = {
+    "graphql": ((str,), (dict, type(None)), (str, type(None)), (bool,)),
+    "cel": ((str,), (dict, type(None)), (bool,)),
+    "tool": ((str,), None, (bool,)),  # None: any JSON value
+}
+
+
+def _call_arguments(function: str, message: Message) -> list | None:
+    expected = _ARGUMENT_TYPES.get(function)
+    try:
+        arguments = message.value()
+    except ValueError:
+        return None
+    if expected is None or not isinstance(arguments, list) or len(arguments) != len(expected):
+        return None
+    if not all(types is None or isinstance(argument, types) for argument, types in zip(arguments, expected)):
+        return None
+    return arguments
+
+
 def _dispatch(host: Host, function: str, arguments: list) -> Any:
     if function == "graphql":
         document, variables, operation_name, check = arguments
@@ -255,10 +284,8 @@ def _dispatch(host: Host, function: str, arguments: list) -> Any:
     if function == "cel":
         expression, variables, check = arguments
         return host.cel(expression, variables, check)
-    if function == "tool":
-        name, tool_input, check = arguments
-        return host.call_tool(name, tool_input, check)
-    raise RuntimeError(f"the executor asked for an unknown host function {function!r}")
+    name, tool_input, check = arguments
+    return host.call_tool(name, tool_input, check)
 
 
 def _failure_reply(failure: Failure) -> tuple[dict[str, Any], None]:
@@ -277,5 +304,9 @@ def _outcome(failure: Failure, logs: list[str] | None = None) -> RunOutcome:
 def _outcome_of(message: Message) -> RunOutcome:
     envelope = message.envelope
     if envelope["ok"]:
-        return RunOutcome(ok=True, output=message.value(), logs=envelope["logs"])
+        try:
+            output = message.value()
+        except ValueError:  # only if the program replaced the entry's json.encode with its own
+            return _outcome(Failure(failures.ACTION_FAILURE, "run() must return JSON values"), envelope["logs"])
+        return RunOutcome(ok=True, output=output, logs=envelope["logs"])
     return _outcome(Failure.from_wire(envelope["failure"]), envelope["logs"])
