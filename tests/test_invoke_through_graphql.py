@@ -108,3 +108,23 @@ def test_an_empty_document_is_graphql_error(api):
     assert result["status"] == "SUCCEEDED", result["invocation"]["error"]
     output = result["invocation"]["output"]
     assert output["data"] is None and output["errors"][0]["extensions"]["code"] == "graphql_validation_failed"
+
+
+def test_a_nested_invoke_is_bounded_by_the_callers_response_timeout(api):
+    import time
+
+    from invoke_helpers import INVOKE
+
+    spinner = publish(api, tool("spinner", 'def run(event):\n    for i in range(2000000000):\n        for j in range(2000000000):\n'
+                                           '            pass\n', timeout_ms=60_000))
+    caller = invoker("caller", check=False)
+    caller["tool"]["responseTimeout"] = 1000
+    caller_id = publish(api, caller)
+    started = time.monotonic()
+    body = api.post(INVOKE, {"id": caller_id, "input": {"executionId": str(uuid.uuid4()),
+                                                        "input": {"target": spinner, "eid": str(uuid.uuid4())}}},
+                    headers={"Request-Timeout": "8"}).json()
+    assert time.monotonic() - started < 5
+    result = body["data"]["actions"]["invokeAction"]
+    assert result["status"] == "FAILED"
+    assert result["invocation"]["error"]["code"] == "action_response_timeout"

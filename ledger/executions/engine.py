@@ -57,6 +57,9 @@ class CallTree:
     pending: list[PendingExecution] = field(default_factory=list)
     calls_beneath: int = 0
     stack: list[tuple[uuid.UUID, int]] = field(default_factory=list)
+    # The deadline of every call running now, innermost last: a nested invokeAction through graphql()
+    # is bounded by its caller's responseTimeout like any other child.
+    deadlines: list[float] = field(default_factory=list)
     lease: Any = None
     # The session of the top-level call ({id, input}), for fixed input's `session`; None without one.
     session: dict | None = None
@@ -113,6 +116,7 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
     )
     tree.pending.append(pending)
     deadline = response_deadline(record, deadline)
+    tree.deadlines.append(deadline)
     try:
         with scope.savepoint():
             _check_input(record, input)
@@ -126,6 +130,8 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
     except _Failed as failed:
         pending.status = "FAILED"
         pending.error = {"code": failed.code, "message": failed.message, "hint": failed.hint}
+    finally:
+        tree.deadlines.pop()
     pending.finished_at = _now()
     return pending
 

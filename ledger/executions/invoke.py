@@ -109,7 +109,8 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
         pending = run_call(scope, tree, record, input, execution_id=execution_id, parent_execution_id=parent,
                            root_execution_id=execution_id if own_tree else tree.pending[0].root_execution_id,
                            call_sequence=None, depth=0 if own_tree else len(tree.stack),
-                           deadline=scope.deadline, session_id=session["id"] if session else None)
+                           deadline=scope.deadline if own_tree or not tree.deadlines else tree.deadlines[-1],
+                           session_id=session["id"] if session else None)
     finally:
         if own_tree:
             scope.request_state.pop(TREE_KEY, None)
