@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import uuid
 from pathlib import Path
@@ -47,9 +48,11 @@ def attach(settings: Settings, *, migrate: bool = True) -> Attached:
         created = cluster.ensure_initialized()
         if created:
             print(f"initialized an embedded PostgreSQL cluster in {cluster.data}", file=sys.stderr)
-        started = cluster.start()
+        cluster.start()
         ensure_database(cluster.url(), EMBEDDED_DATABASE)
-        attached = Attached(cluster.url(EMBEDDED_DATABASE), cluster if started else None)
+        # Closing stops the server if we started it (once other commands using it are done), and in
+        # any case tells the starter that this command no longer uses it.
+        attached = Attached(cluster.url(EMBEDDED_DATABASE), cluster)
     if migrate:
         applied = apply_migrations(attached.conninfo)
         for name in applied:
@@ -66,8 +69,8 @@ def ensure_database(admin_conninfo: str, name: str) -> None:
         if not exists:
             try:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-            except psycopg.errors.DuplicateDatabase:
-                pass
+            except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+                pass  # a concurrent command created it first (PostgreSQL reports either)
 
 
 # ---------------------------------------------------------------------------- admin identity on disk
@@ -162,6 +165,10 @@ def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _exit_quietly(signum, frame) -> None:
+    raise SystemExit(0)
+
+
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
@@ -169,6 +176,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from .auth.tokens import TokenService, load_signing_key
 
     attached = attach(settings)
+    # uvicorn shuts down gracefully on SIGTERM and then raises the signal again: handle it, so that the
+    # `finally` below still runs (closing the services and the embedded cluster) instead of the
+    # default action ending the process first.
+    signal.signal(signal.SIGTERM, _exit_quietly)
     try:
         # Worker processes (uvicorn --workers) attach through the URL; the cluster stays ours.
         os.environ["LEDGER_DATABASE_URL"] = attached.conninfo

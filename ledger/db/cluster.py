@@ -2,13 +2,15 @@
 
 PostgreSQL refuses to run as root, so when we are root the cluster runs as an unprivileged OS user
 (`postgres` when it exists, else `nobody`) that owns the data directory. The server process is
-started with PR_SET_PDEATHSIG (via `setpriv --pdeathsig`) when we started it, so it stops with us even
-when we are SIGKILLed.
+started with PR_SET_PDEATHSIG (prctl, armed after dropping privileges) when we started it, so it
+stops with us even when we are SIGKILLed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import os
 import pwd
 import shutil
@@ -16,6 +18,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import LedgerError
@@ -80,16 +83,22 @@ def _run_as() -> pwd.struct_passwd | None:
 
 
 def _demote(user: pwd.struct_passwd | None, *, die_with_parent: bool):
+    parent = os.getpid()
+
     def preexec() -> None:
         os.setsid()
-        if die_with_parent:
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            PR_SET_PDEATHSIG = 1
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if user is not None:
             os.setgroups([])
             os.setgid(user.pw_gid)
             os.setuid(user.pw_uid)
+        if die_with_parent:
+            # After setuid: the kernel clears the parent-death signal when the credentials change.
+            # SIGINT is PostgreSQL's fast shutdown (SIGTERM's smart one would wait for every client).
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGINT)
+            if os.getppid() != parent:  # the parent died before the signal was armed
+                os._exit(1)
 
     return preexec
 
@@ -120,6 +129,7 @@ class EmbeddedCluster:
         self.durable = durable
         self._port = port
         self._process: subprocess.Popen | None = None
+        self._users: int | None = None  # the shared users.lock held while we use the cluster
         self._user = _run_as()
 
     # ------------------------------------------------------------------ lifecycle
@@ -128,8 +138,30 @@ class EmbeddedCluster:
     def initialized(self) -> bool:
         return (self.data / "PG_VERSION").exists()
 
+    @contextlib.contextmanager
+    def _flock(self, name: str, operation: int = fcntl.LOCK_EX) -> Iterator[int]:
+        """Hold a lock on `<root>/<name>` (one per data dir) while the block runs."""
+        fd = self._open_lock(name)
+        try:
+            fcntl.flock(fd, operation)
+            yield fd
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _open_lock(self, name: str) -> int:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return os.open(self.root / name, os.O_RDWR | os.O_CREAT, 0o600)
+
     def ensure_initialized(self) -> bool:
-        """Run initdb once; True when this call created the cluster."""
+        """Run initdb once; True when this call created the cluster.
+
+        Serialized between processes: a concurrent command waits for the initdb in progress instead
+        of running its own into the same directory (or starting a half-made cluster).
+        """
+        with self._flock("init.lock"):
+            return self._ensure_initialized()
+
+    def _ensure_initialized(self) -> bool:
         if self.initialized:
             return False
         bin_dir = find_pg_bin()
@@ -182,11 +214,29 @@ class EmbeddedCluster:
     def start(self, *, timeout: float = 30.0) -> bool:
         """Start the server unless one of this data dir runs already; True when we started it.
 
-        The server we start dies with this process.
+        The server we start dies with this process. Every process using the cluster holds a shared
+        lock on `<root>/users.lock` until `stop()`; the starter stops the server only once it alone
+        holds it, so a command that joined a running cluster is not cut off by its starter exiting.
         """
         self.ensure_initialized()
-        if self.is_running():
-            return False
+        with self._flock("start.lock"):
+            if self._users is None:
+                users = self._open_lock("users.lock")
+                # Blocks while a starter is stopping the server; it is then gone and we start our own.
+                fcntl.flock(users, fcntl.LOCK_SH)
+                self._users = users
+            deadline = time.monotonic() + timeout
+            while self.is_running():
+                # Joining: unless it is still starting, or shutting down after its starter died.
+                if self._accepts_connections():
+                    return False
+                if time.monotonic() >= deadline:
+                    raise LedgerError(f"the PostgreSQL server of {self.data} runs but accepts no connections",
+                                      code="postgres_start_failed", hint=self._log_tail())
+                time.sleep(0.1)
+            return self._start(timeout)
+
+    def _start(self, timeout: float) -> bool:
         bin_dir = find_pg_bin()
         self.sockets.mkdir(exist_ok=True)
         _chown_tree(self.sockets, self._user)
@@ -231,11 +281,31 @@ class EmbeddedCluster:
         except OSError:
             return ""
 
-    def stop(self, mode: str = "fast") -> None:
+    def stop(self, mode: str = "fast", *, wait_for_users: float = 10.0) -> None:
+        """Stop the server if we started it, after the other users detached (at most `wait_for_users`
+        seconds); in any case stop being a user."""
         signals = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": signal.SIGQUIT}
         proc = self._process
+        users, self._users = self._users, None
+        if proc is not None and proc.poll() is None and users is not None:
+            deadline = time.monotonic() + wait_for_users
+            while True:
+                try:
+                    fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)  # only we still use it
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.05)
+        try:
+            self._stop(proc, signals[mode])
+        finally:
+            if users is not None:
+                os.close(users)
+
+    def _stop(self, proc: subprocess.Popen | None, stop_signal: int) -> None:
         if proc is not None and proc.poll() is None:
-            proc.send_signal(signals[mode])
+            proc.send_signal(stop_signal)
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
