@@ -218,7 +218,8 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    worker = Worker(services, concurrency=args.concurrency or settings.worker_concurrency).start()
+    worker = Worker(services, concurrency=args.concurrency or settings.worker_concurrency,
+                    lease_seconds=settings.lease_seconds).start()
     print(f"worker {worker.name} running", flush=True)
     try:
         while not stop.wait(1.0):

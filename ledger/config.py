@@ -39,6 +39,8 @@ class Settings:
 
     # Queue workers: attempts run at once per worker process.
     worker_concurrency: int = field(default_factory=lambda: _env_int("LEDGER_WORKER_CONCURRENCY", 4))
+    # How long a claim holds without a heartbeat: a dead worker's work is retried after this.
+    lease_seconds: float = field(default_factory=lambda: _env_float("LEDGER_LEASE_SECONDS", 10.0))
 
     @property
     def embedded(self) -> bool:

@@ -17,7 +17,6 @@ CREATE TABLE executions (
   client_id uuid NOT NULL,
   client_claims jsonb,
   run_at timestamptz,
-  cancel_requested boolean NOT NULL DEFAULT false,
   event jsonb NOT NULL,
   -- The input exactly as received (jsonb keeps numbers beyond 64 bits exactly).
   input jsonb,

@@ -11,19 +11,32 @@ CREATE TABLE execution_queue (
   execution_id uuid NOT NULL,
   run_at timestamptz NOT NULL DEFAULT now(),
   attempt integer NOT NULL DEFAULT 0,
+  -- The current claim; stable for the whole attempt (so the attempt's fence never conflicts with a
+  -- heartbeat), renewed through execution_leases.
   lease_token uuid,
   lease_owner text,
-  lease_expires_at timestamptz,
   claimed_at timestamptz,
-  -- Set by cancelExecution on a running execution; the worker stops at its next check.
-  cancel_requested boolean NOT NULL DEFAULT false,
   enqueued_at timestamptz NOT NULL DEFAULT now(),
   PRIMARY KEY (tenant_id, execution_id),
   FOREIGN KEY (tenant_id, execution_id) REFERENCES executions (tenant_id, id)
 );
 -- Claimable work, oldest first (not tenant-first on purpose: workers claim across tenants).
 CREATE INDEX execution_queue_ready ON execution_queue (run_at) WHERE lease_token IS NULL;
-CREATE INDEX execution_queue_leases ON execution_queue (lease_expires_at) WHERE lease_token IS NOT NULL;
+
+-- Heartbeats renew these rows, never the queue row an attempt fences on.
+CREATE TABLE execution_leases (
+  lease_token uuid PRIMARY KEY,
+  tenant_id uuid NOT NULL,
+  execution_id uuid NOT NULL,
+  expires_at timestamptz NOT NULL,
+  -- Set by cancelExecution on a running execution; the worker stops at its next check.
+  cancel_requested boolean NOT NULL DEFAULT false
+);
+CREATE INDEX execution_leases_execution ON execution_leases (tenant_id, execution_id);
+ALTER TABLE execution_leases ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON execution_leases USING (tenant_id = ledger_current_tenant())
+  WITH CHECK (tenant_id = ledger_current_tenant());
+GRANT SELECT, UPDATE, DELETE ON execution_leases TO ledger_app;
 
 ALTER TABLE execution_queue ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON execution_queue USING (tenant_id = ledger_current_tenant())
@@ -36,20 +49,31 @@ CREATE FUNCTION ledger_claim_executions(worker text, batch integer, lease_second
                  run_at timestamptz)
   LANGUAGE sql SECURITY DEFINER SET search_path = public
 AS $$
-  UPDATE execution_queue q
-     SET lease_token = gen_random_uuid(),
-         lease_owner = worker,
-         lease_expires_at = clock_timestamp() + make_interval(secs => lease_seconds),
-         claimed_at = clock_timestamp(),
-         attempt = q.attempt + 1
-    FROM (SELECT c.tenant_id, c.execution_id FROM execution_queue c
-           WHERE (c.lease_token IS NULL AND c.run_at <= clock_timestamp())
-              OR (c.lease_token IS NOT NULL AND c.lease_expires_at < clock_timestamp())
-           ORDER BY c.run_at
-           LIMIT batch
-           FOR UPDATE SKIP LOCKED) due
-   WHERE q.tenant_id = due.tenant_id AND q.execution_id = due.execution_id
-  RETURNING q.tenant_id, q.execution_id, q.attempt, q.lease_token, q.enqueued_at, q.run_at
+  WITH due AS (
+    SELECT c.tenant_id, c.execution_id, c.lease_token AS old_token FROM execution_queue c
+     WHERE (c.lease_token IS NULL AND c.run_at <= clock_timestamp())
+        OR (c.lease_token IS NOT NULL AND NOT EXISTS (
+              SELECT 1 FROM execution_leases l WHERE l.lease_token = c.lease_token
+                 AND l.expires_at >= clock_timestamp()))
+     ORDER BY c.run_at
+     LIMIT batch
+     FOR UPDATE OF c SKIP LOCKED
+  ), claimed AS (
+    UPDATE execution_queue q
+       SET lease_token = gen_random_uuid(), lease_owner = worker, claimed_at = clock_timestamp(),
+           attempt = q.attempt + 1
+      FROM due
+     WHERE q.tenant_id = due.tenant_id AND q.execution_id = due.execution_id
+    RETURNING q.tenant_id, q.execution_id, q.attempt, q.lease_token, q.enqueued_at, q.run_at, due.old_token
+  ), dropped AS (
+    DELETE FROM execution_leases l USING claimed WHERE l.lease_token = claimed.old_token
+  ), leased AS (
+    INSERT INTO execution_leases (lease_token, tenant_id, execution_id, expires_at)
+    SELECT claimed.lease_token, claimed.tenant_id, claimed.execution_id,
+           clock_timestamp() + make_interval(secs => lease_seconds) FROM claimed
+  )
+  SELECT claimed.tenant_id, claimed.execution_id, claimed.attempt, claimed.lease_token, claimed.enqueued_at,
+         claimed.run_at FROM claimed
 $$;
 
 -- Keep leases alive; returns the executions whose lease is still held (the others were lost).
@@ -57,10 +81,10 @@ CREATE FUNCTION ledger_renew_leases(tokens uuid[], lease_seconds double precisio
   RETURNS TABLE (lease_token uuid, cancel_requested boolean)
   LANGUAGE sql SECURITY DEFINER SET search_path = public
 AS $$
-  UPDATE execution_queue q
-     SET lease_expires_at = clock_timestamp() + make_interval(secs => lease_seconds)
-   WHERE q.lease_token = ANY(tokens)
-  RETURNING q.lease_token, q.cancel_requested
+  UPDATE execution_leases l
+     SET expires_at = clock_timestamp() + make_interval(secs => lease_seconds)
+   WHERE l.lease_token = ANY(tokens)
+  RETURNING l.lease_token, l.cancel_requested
 $$;
 
 -- Ready work across tenants, for the queue-depth gauge.

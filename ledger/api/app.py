@@ -27,7 +27,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
         if run_worker:
             from ..queue.worker import Worker
 
-            worker = Worker(services, concurrency=settings.worker_concurrency).start()
+            worker = Worker(services, concurrency=settings.worker_concurrency,
+                            lease_seconds=settings.lease_seconds).start()
         try:
             yield
         finally:

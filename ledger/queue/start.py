@@ -100,17 +100,18 @@ def cancel_execution(scope: Scope, execution_id: uuid.UUID) -> dict:
     if not row["started"]:
         raise LedgerError("only started executions can be cancelled; a call finishes within its request",
                           code="execution_finished")
-    queued = scope.one(
-        "SELECT lease_token FROM execution_queue WHERE tenant_id = %s AND execution_id = %s FOR UPDATE",
+    running = scope.one(
+        "SELECT l.lease_token FROM execution_queue q JOIN execution_leases l ON l.lease_token = q.lease_token"
+        " WHERE q.tenant_id = %s AND q.execution_id = %s AND l.expires_at >= clock_timestamp()",
         (scope.tenant_id, execution_id),
     )
-    if queued is not None and queued["lease_token"] is not None:
+    if running is not None:
         # Running: the worker stops at its next check and rolls its writes back.
-        scope.conn.execute(
-            "UPDATE execution_queue SET cancel_requested = true WHERE tenant_id = %s AND execution_id = %s",
-            (scope.tenant_id, execution_id),
-        )
+        scope.conn.execute("UPDATE execution_leases SET cancel_requested = true WHERE lease_token = %s",
+                           (running["lease_token"],))
         return record_of(row)
+    scope.conn.execute("DELETE FROM execution_leases WHERE tenant_id = %s AND execution_id = %s",
+                       (scope.tenant_id, execution_id))
     scope.conn.execute("DELETE FROM execution_queue WHERE tenant_id = %s AND execution_id = %s",
                        (scope.tenant_id, execution_id))
     updated = scope.one(

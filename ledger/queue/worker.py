@@ -201,17 +201,33 @@ class Worker:
 
 
 _EXECUTION_COLUMNS = ("tenant_id, id, action_id, action_version, status, attempts, client_id, client_claims, input,"
-                      " event, cancel_requested")
+                      " event")
 
 
 def _fence(conn: psycopg.Connection, job: Job) -> dict:
     """Lock our queue row; raise LeaseLost unless our lease token still holds it."""
     row = conn.execute(
-        "SELECT lease_token, cancel_requested FROM execution_queue WHERE tenant_id = %s AND execution_id = %s"
-        " FOR UPDATE", (job.tenant_id, job.execution_id)).fetchone()
+        "SELECT q.lease_token, coalesce(l.cancel_requested, false) AS cancel_requested FROM execution_queue q"
+        " LEFT JOIN execution_leases l ON l.lease_token = q.lease_token"
+        " WHERE q.tenant_id = %s AND q.execution_id = %s FOR UPDATE OF q",
+        (job.tenant_id, job.execution_id)).fetchone()
     if row is None or row["lease_token"] != job.lease_token or job.lost:
         raise LeaseLost()
     return row
+
+
+def _release(conn: psycopg.Connection, job: Job, *, retry_in: float | None) -> None:
+    """Give the queue row up: back to the queue after `retry_in` seconds, or gone for good."""
+    conn.execute("DELETE FROM execution_leases WHERE lease_token = %s", (job.lease_token,))
+    if retry_in is None:
+        conn.execute("DELETE FROM execution_queue WHERE tenant_id = %s AND execution_id = %s",
+                     (job.tenant_id, job.execution_id))
+    else:
+        conn.execute(
+            "UPDATE execution_queue SET run_at = now() + make_interval(secs => %s), lease_token = NULL,"
+            " lease_owner = NULL WHERE tenant_id = %s AND execution_id = %s",
+            (retry_in, job.tenant_id, job.execution_id),
+        )
 
 
 def run_attempt(services: Any, job: Job) -> str:
@@ -226,8 +242,7 @@ def run_attempt(services: Any, job: Job) -> str:
         execution = conn.execute(f"SELECT {_EXECUTION_COLUMNS} FROM executions WHERE tenant_id = %s AND id = %s",
                                  (job.tenant_id, job.execution_id)).fetchone()
         if execution is None or execution["status"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            conn.execute("DELETE FROM execution_queue WHERE tenant_id = %s AND execution_id = %s",
-                         (job.tenant_id, job.execution_id))
+            _release(conn, job, retry_in=None)
             return "stale"
         cancel_first = queue_row["cancel_requested"]
         attempt = execution["attempts"] + 1
@@ -325,15 +340,9 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
     conn.execute("UPDATE executions SET status = %s, updated_at = now() WHERE tenant_id = %s AND id = %s",
                  (status, job.tenant_id, job.execution_id))
     if outcome == "retry":
-        delay = backoff_seconds(float(settings.get("backoffSeconds", 1.0)), attempt)
-        conn.execute(
-            "UPDATE execution_queue SET run_at = now() + make_interval(secs => %s), lease_token = NULL,"
-            " lease_owner = NULL, lease_expires_at = NULL WHERE tenant_id = %s AND execution_id = %s",
-            (delay, job.tenant_id, job.execution_id),
-        )
+        _release(conn, job, retry_in=backoff_seconds(float(settings.get("backoffSeconds", 1.0)), attempt))
     else:
-        conn.execute("DELETE FROM execution_queue WHERE tenant_id = %s AND execution_id = %s",
-                     (job.tenant_id, job.execution_id))
+        _release(conn, job, retry_in=None)
         settle_pending_lifecycle(_scope_for(services, conn, execution, time.monotonic() + 30),
                                  execution["action_id"])
     return outcome
@@ -354,7 +363,6 @@ def _finish_cancelled(services: Any, job: Job, execution: dict, deadline: float)
         )
         conn.execute("UPDATE executions SET status = 'CANCELLED', updated_at = now() WHERE tenant_id = %s AND id = %s",
                      (job.tenant_id, job.execution_id))
-        conn.execute("DELETE FROM execution_queue WHERE tenant_id = %s AND execution_id = %s",
-                     (job.tenant_id, job.execution_id))
+        _release(conn, job, retry_in=None)
         settle_pending_lifecycle(_scope_for(services, conn, execution, deadline), execution["action_id"])
     return "cancelled"
