@@ -2,6 +2,7 @@
 
 import random
 import threading
+import time
 import uuid
 
 from helpers import create_account, funded_account, transfer
@@ -32,6 +33,7 @@ def invoke_until_answered(api, action_id: str, execution_id: str, data: dict, at
         body = api.post(INVOKE, {"id": action_id, "input": {"executionId": execution_id, "input": data}}).json()
         if body.get("errors"):
             assert body["errors"][0]["extensions"]["code"] == "retryable", body
+            time.sleep(random.uniform(0, 0.01 * (retries + 1)))
             continue
         return body["data"]["actions"]["invokeAction"], retries
     raise AssertionError(f"still retryable after {attempts} attempts")
