@@ -355,3 +355,20 @@ def test_paging_with_after_reaches_every_visible_document_past_hidden_ones(api):
         seen.append(page[0]["id"])
         after = page[0]["id"]
     assert sorted(seen) == sorted(a for a, currency in made if currency == "USD")
+
+
+def test_client_whose_stored_policies_no_longer_parse_is_allowed_nothing(api, db_url, services, usd_and_eur):
+    """Dropping just the broken statement would drop a DENY and widen access: the layer fails closed."""
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    usd, _ = usd_and_eur
+    client_id = uuid.uuid4()
+    stored = [allow(["SELECT"], ["financial.*"]), deny(["SELECT"], ["financial.Account.document"], "((( broken")]
+    with psycopg.connect(db_url) as conn:  # as the owner: a row the API would never have written
+        conn.execute("INSERT INTO clients (tenant_id, id, name, policies) VALUES (%s, %s, 'legacy', %s)",
+                     (api.tenant_id, client_id, Jsonb(stored)))
+    token, _ = services.tokens.mint(api.tenant_id, client_id)
+    error = read_account(api.as_client(token), usd)["errors"][0]
+    assert error["extensions"]["code"] == "permission_denied"
+    assert "stored policies are invalid" in error["extensions"]["hint"]

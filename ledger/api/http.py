@@ -27,10 +27,9 @@ from strawberry.exceptions import MissingQueryError
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 
 from ..app_services import Services
-from ..auth.clients import load_principal
+from ..auth.clients import client_layer, load_principal
 from ..errors import LedgerError, Retryable, Unauthenticated
-from ..policy.chain import Chain, Layer
-from ..policy.statements import parse_policies
+from ..policy.chain import Chain
 from ..scope import Scope
 from .context import RequestContext
 from .graphiql import graphiql_page
@@ -252,8 +251,7 @@ class GraphQLEndpoint:
         try:
             with services.db.transaction(claims.tenant_id, deadline=deadline, rollback=dry_run) as conn:
                 principal, policies = load_principal(conn, claims.tenant_id, claims.client_id, claims.raw)
-                statements, _ = parse_policies(policies)
-                chain = Chain((Layer(f'client "{principal.client_name}" ({principal.client_id})', statements),))
+                chain = Chain((client_layer(principal, policies),))
                 scope = Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline)
                 if operation_name is None and _operation_count(query) > 1:
                     raise _document_failure(
