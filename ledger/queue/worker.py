@@ -60,6 +60,7 @@ class Job:
     attempt: int
     lease_token: uuid.UUID
     run_at: datetime.datetime
+    lease_seconds: float = 10.0
     lost: bool = False
     cancel: bool = False
     done: threading.Event = field(default_factory=threading.Event)
@@ -145,7 +146,8 @@ class Worker:
         QUEUE_DEPTH.set(depth)
         now = datetime.datetime.now(datetime.timezone.utc)
         for row in rows:
-            job = Job(row["tenant_id"], row["execution_id"], row["attempt"], row["lease_token"], row["run_at"])
+            job = Job(row["tenant_id"], row["execution_id"], row["attempt"], row["lease_token"], row["run_at"],
+                      lease_seconds=self.lease_seconds)
             CLAIM_LATENCY.observe(max(0.0, (now - row["run_at"]).total_seconds()))
             with self._lock:
                 self._running[job.lease_token] = job
@@ -271,12 +273,20 @@ def run_attempt(services: Any, job: Job) -> str:
                                    attempt=attempt)
             finally:
                 tree.close()
-            if job.cancel:
+            if job.cancel or _cancel_requested_now(services, job):
                 raise Cancelled()
             flush(scope, tree.pending[1:])
             return _finish(conn, services, job, execution, attempt, record, pending, started_at)
     except Cancelled:
         return _finish_cancelled(services, job, execution, deadline)
+
+
+def _cancel_requested_now(services: Any, job: Job) -> bool:
+    """A fresh look at the cancel flag: the attempt's own snapshot predates any cancel made while it ran."""
+    with services.db.pool.connection() as conn:
+        row = conn.execute("SELECT cancel_requested FROM ledger_renew_leases(%s, %s)",
+                           ([job.lease_token], job.lease_seconds)).fetchone()
+    return bool(row and row["cancel_requested"])
 
 
 def load_action_for(services: Any, conn: psycopg.Connection, execution: dict) -> dict | None:
