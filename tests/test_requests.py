@@ -463,6 +463,9 @@ NASTY_BODIES = [
     b'{"query": "{ financial { accounts(first: 99999999999) { id } } }"}',
     b'{"query": "{ financial { account(id: \\"00000000-0000-0000-0000-000000000000\\") { transfers(first: -5) { id } } } }"}',
     b'\xef\xbb\xbf{"query": "{ viewer { tenantId } }"}',
+    b'{"query": "' + b"{ a " * 4000 + b"}" * 4000 + b'"}',
+    b'{"query": "{ viewer { tenantId } }", "variables": {"x": 1e999}}',
+    b'{"query": "query($x: Int64!) { viewer { tenantId } }", "variables": {"x": 123456789012345678901234567890}}',
 ]
 
 
