@@ -166,3 +166,16 @@ def test_every_tenant_table_forces_row_level_security(db_url):
 def test_request_connections_act_as_the_app_role(services):
     with services.db.transaction(None) as conn:
         assert conn.execute("SELECT current_user").fetchone()["current_user"] == "ledger_app"
+
+
+def test_every_table_with_a_tenant_id_has_row_level_security_for_the_app_role(db_url):
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute("""
+            SELECT c.relname, c.relrowsecurity, (SELECT count(*) FROM pg_policy p WHERE p.polrelid = c.oid)
+            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p')
+              AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'tenant_id'
+                          AND NOT a.attisdropped)""").fetchall()
+    assert {"accounts", "clients", "transfers"} <= {name for name, _, _ in rows}
+    unprotected = [name for name, rls, policies in rows if not rls or policies == 0]
+    assert unprotected == []
