@@ -126,3 +126,31 @@ def test_concurrent_transfers_both_ways_keep_balances_whole_and_non_negative(api
             assert execution_id not in by_execution
     assert balances == expected
     assert any(c[2]["status"] == "SUCCEEDED" for c in calls) and any(c[2]["status"] == "FAILED" for c in calls)
+
+
+def test_a_write_conflict_inside_graphql_with_check_false_is_retried_not_handed_to_the_program(api):
+    opening = create_account(api, "opening", overdraft=True)
+    a = create_account(api, "a")
+    b = create_account(api, "b")
+    transfer(api, opening, a, 1000)
+    transfer(api, opening, b, 1000)
+    src = ('def run(event):\n    d = event["data"]\n'
+           f'    return graphql({TRANSFER_DOC}, variables={{"id": d["ids"][0], "f": d["f"], "t": d["t"], "a": d["a"]}},'
+           ' check=False)["errors"]\n')
+    mover = publish(api, tool("mover", src))
+
+    def work(worker: int) -> list[tuple[dict, int]]:
+        out = []
+        for i in range(10):
+            source, target = (a, b) if (worker + i) % 2 else (b, a)
+            data = {"f": source, "t": target, "a": 1, "ids": [str(uuid.uuid4())]}
+            out.append(invoke_until_answered(api, mover, str(uuid.uuid4()), data))
+        return out
+
+    answers = [answer for worker in in_threads(4, work) for answer in worker]
+    assert all(execution["status"] == "SUCCEEDED" for execution, _ in answers)
+    assert all(execution["invocation"]["output"] is None for execution, _ in answers)  # no errors reached a program
+    balances = [api.gql(BALANCE, {"id": acct})["financial"]["account"]["balance"] for acct in (a, b)]
+    assert sum(balances) == 2000
+    transfers = [t for t in api.gql(TRANSFERS, {"id": a})["financial"]["transfers"] if t["fromAccountId"] != opening]
+    assert len(transfers) == 40
