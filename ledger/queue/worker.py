@@ -186,6 +186,7 @@ class Worker:
     def _run_job(self, job: Job) -> None:
         try:
             outcome = run_attempt(self.services, job)
+            _drop_lease(self.services, job)
             ATTEMPTS.labels(outcome).inc()
             if outcome == "retry":
                 RETRIES.inc()
@@ -219,8 +220,11 @@ def _fence(conn: psycopg.Connection, job: Job) -> dict:
 
 
 def _release(conn: psycopg.Connection, job: Job, *, retry_in: float | None) -> None:
-    """Give the queue row up: back to the queue after `retry_in` seconds, or gone for good."""
-    conn.execute("DELETE FROM execution_leases WHERE lease_token = %s", (job.lease_token,))
+    """Give the queue row up: back to the queue after `retry_in` seconds, or gone for good.
+
+    The lease row is dropped after the commit (`_drop_lease`): heartbeats update it while the attempt
+    runs, so touching it inside the attempt's snapshot would be a serialization conflict.
+    """
     if retry_in is None:
         conn.execute("DELETE FROM execution_queue WHERE tenant_id = %s AND execution_id = %s",
                      (job.tenant_id, job.execution_id))
@@ -279,6 +283,11 @@ def run_attempt(services: Any, job: Job) -> str:
             return _finish(conn, services, job, execution, attempt, record, pending, started_at)
     except Cancelled:
         return _finish_cancelled(services, job, execution, deadline)
+
+
+def _drop_lease(services: Any, job: Job) -> None:
+    with services.db.transaction(job.tenant_id) as conn:
+        conn.execute("DELETE FROM execution_leases WHERE lease_token = %s", (job.lease_token,))
 
 
 def _cancel_requested_now(services: Any, job: Job) -> bool:
