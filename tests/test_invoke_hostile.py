@@ -107,3 +107,19 @@ def test_a_hostile_child_fails_its_caller_and_the_request_carries_on(api):
     assert data["bad"]["status"] == "FAILED"
     assert data["bad"]["invocation"]["error"]["code"] == "action_resource_exhausted"
     assert data["good"]["status"] == "SUCCEEDED"
+
+
+def test_a_call_cut_short_by_the_request_deadline_is_retryable_and_records_nothing(api):
+    from invoke_helpers import INVOKE
+
+    spin = publish(api, tool("spin", 'def run(event):\n    for i in range(2000000000):\n        for j in range(2000000000):\n'
+                                     '            pass\n', timeout_ms=60_000))
+    execution_id = str(uuid.uuid4())
+    started = time.monotonic()
+    body = api.post(INVOKE, {"id": spin, "input": {"executionId": execution_id, "input": {}}},
+                    headers={"Request-Timeout": "1.5"}).json()
+    assert time.monotonic() - started < 5
+    assert body["errors"][0]["extensions"]["code"] == "retryable", body
+    assert "Request-Timeout" in body["errors"][0]["extensions"]["hint"]
+    read = "query($id: UUID!) { actions { execution(id: $id) { status } } }"
+    assert api.gql(read, {"id": execution_id})["actions"]["execution"] is None

@@ -94,10 +94,13 @@ def tool_layer(record: dict) -> Layer:
     return Layer(f'tool "{record["name"]}" v{record["version"]}', statements)
 
 
-def response_deadline(record: dict, outer: float) -> float:
+def response_timeout_seconds(record: dict) -> float:
     timeout_ms = (record.get("tool") or {}).get("responseTimeout")
-    seconds = timeout_ms / 1000 if timeout_ms else DEFAULT_RESPONSE_TIMEOUT
-    return min(outer, time.monotonic() + seconds)
+    return timeout_ms / 1000 if timeout_ms else DEFAULT_RESPONSE_TIMEOUT
+
+
+def response_deadline(record: dict, outer: float) -> float:
+    return min(outer, time.monotonic() + response_timeout_seconds(record))
 
 
 # ---------------------------------------------------------------------------- one call

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -10,7 +11,8 @@ import psycopg
 from ..actions.registry import ACTION, as_document, load_action
 from ..errors import LedgerError, Retryable
 from ..scope import Scope
-from .engine import MAX_CALLS_BENEATH, MAX_TOOL_DEPTH, CallLimitExceeded, CallTree, run_call
+from .engine import (MAX_CALLS_BENEATH, MAX_TOOL_DEPTH, CallLimitExceeded, CallTree, response_timeout_seconds,
+                     run_call)
 from .records import EXECUTION, PendingExecution, execution_document, flush, load_execution, record_of
 
 TREE_KEY = "call_tree"
@@ -106,6 +108,7 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
                 raise CallLimitExceeded(f"more than {MAX_CALLS_BENEATH} calls beneath one call",
                                         hint="batch the work into fewer calls")
             tree.calls_beneath += 1
+        started = time.monotonic()
         pending = run_call(scope, tree, record, input, execution_id=execution_id, parent_execution_id=parent,
                            root_execution_id=execution_id if own_tree else tree.pending[0].root_execution_id,
                            call_sequence=None, depth=0 if own_tree else len(tree.stack),
@@ -117,6 +120,12 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
             tree.close()
     if not own_tree:
         return pending.as_record(scope.one("SELECT now() AS now")["now"])
+    if _cut_by_the_request_deadline(scope, record, pending, started):
+        # Not the tool's responseTimeout but the request's deadline stopped it: recording a FAILED
+        # execution would make every repeat of this executionId fail; nothing is recorded instead.
+        raise Retryable("the request's deadline passed before the call finished",
+                        hint=f"retry with a longer Request-Timeout: the call may take up to its responseTimeout "
+                             f"of {response_timeout_seconds(record):g} s")
     if session is not None:
         from . import sessions
 
@@ -129,6 +138,14 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
         retry.race = True
         raise retry from exc
     return pending.as_record(created_at)
+
+
+def _cut_by_the_request_deadline(scope: Scope, record: dict, pending: PendingExecution, started: float) -> bool:
+    """Whether a call failed on time because the request's deadline passed before its own responseTimeout."""
+    if pending.status != "FAILED" or pending.error["code"] != "action_response_timeout":
+        return False
+    now = time.monotonic()
+    return now >= scope.deadline and now - started < response_timeout_seconds(record)
 
 
 def _repeat(scope: Scope, existing: dict, action_id: uuid.UUID, version: int | None, input: Any) -> dict:
