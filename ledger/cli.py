@@ -144,7 +144,14 @@ def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
     if not tenant or not client:
         raise LedgerError("no client to mint a token for", code="bad_request",
                           hint="pass --tenant and --client (the embedded default's admin is used when both are omitted)")
-    tenant_id, client_id = uuid.UUID(tenant), uuid.UUID(client)
+    try:
+        tenant_id, client_id = uuid.UUID(tenant), uuid.UUID(client)
+    except ValueError:
+        raise LedgerError(f"--tenant {tenant!r} and --client {client!r} must be UUIDs", code="bad_request",
+                          hint="`ledger tenant create` prints a tenant's id and its admin client's id") from None
+    if args.ttl is not None and args.ttl <= 0:
+        raise LedgerError("--ttl must be a positive number of seconds", code="bad_request",
+                          hint="omit it for a token without expiry")
     attached = attach(settings)
     try:
         with psycopg.connect(attached.conninfo, autocommit=True) as conn:

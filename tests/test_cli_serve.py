@@ -243,3 +243,9 @@ def test_sigkill_of_the_server_takes_its_postgres_along(workdir, server):
         again.stop()
         if _alive(again.postgres_pid):
             os.kill(again.postgres_pid, signal.SIGQUIT)
+
+
+def test_token_command_with_malformed_ids_is_a_clear_error(workdir):
+    result = _run("token", "--data-dir", str(workdir / "unused"), "--tenant", "acme", "--client", "bob")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
