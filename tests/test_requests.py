@@ -502,3 +502,25 @@ def test_nan_is_not_json(api):
 def test_body_with_a_utf8_byte_order_mark_is_read(api):
     response = _raw(api, b'\xef\xbb\xbf{"query": "{ viewer { tenantId } }"}')
     assert response.json() == {"data": {"viewer": {"tenantId": str(api.tenant_id)}}}
+
+
+def test_cached_graphiql_assets_are_served_locally(api, settings):
+    from ledger.api.graphiql import ASSETS
+
+    cache = settings.data_dir / "graphiql"
+    cache.mkdir(parents=True)
+    for name in ASSETS:
+        (cache / name).write_text(f"/* {name} */")
+    page = api.http.get("/graphql").text
+    assert "unpkg.com" not in page
+    for name in ASSETS:
+        assert f"/graphiql/{name}" in page
+        asset = api.http.get(f"/graphiql/{name}")
+        assert asset.status_code == 200 and asset.text == f"/* {name} */"
+
+
+def test_only_graphiql_asset_names_are_served(api, settings):
+    (settings.data_dir / "graphiql").mkdir(parents=True)
+    (settings.data_dir / "secret.txt").write_text("no")
+    assert api.http.get("/graphiql/..%2Fsecret.txt").status_code == 404
+    assert api.http.get("/graphiql/missing.js").status_code == 404

@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from strawberry.exceptions import MissingQueryError
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
@@ -32,7 +32,7 @@ from ..errors import LedgerError, Retryable, Unauthenticated
 from ..policy.chain import Chain
 from ..scope import Scope
 from .context import RequestContext
-from .graphiql import graphiql_page
+from .graphiql import ASSETS, asset_dir, graphiql_page
 from .schema import schema
 
 log = logging.getLogger("ledger.http")
@@ -319,8 +319,18 @@ def build_app(services: Services) -> Starlette:
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
+    async def graphiql_asset(request: Request) -> Response:
+        # The page points here once the assets are cached in the data dir; only those names are served.
+        name = request.path_params["name"]
+        path = asset_dir(services) / name
+        if name not in ASSETS or not path.is_file():
+            return Response("not found", status_code=404, media_type="text/plain")
+        media = "text/css" if name.endswith(".css") else "application/javascript"
+        return FileResponse(path, media_type=media)
+
     return Starlette(routes=[
         Route("/graphql", endpoint, methods=["GET", "POST"]),
+        Route("/graphiql/{name}", graphiql_asset, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ])
