@@ -201,6 +201,16 @@ def test_a_bad_cel_expression_fails_the_call_with_cel_error(api):
     assert [c["status"] for c in result["children"]] == ["FAILED"]
 
 
+def test_cel_with_check_false_returns_the_same_shape_for_success_and_failure(api):
+    src = 'def run(event):\n    return [cel("x + 1", {"x": 1}, check=False), cel("x +", {"x": 1}, check=False)]\n'
+    action_id = publish(api, tool("celer", src))
+    result = invoke(api, action_id)
+    ok, bad = result["invocation"]["output"]
+    parent = result["executionId"]
+    assert ok == {"status": "SUCCEEDED", "output": {"value": 2}, "executionId": child_id(parent, 1)}
+    assert bad["status"] == "FAILED" and bad["error"]["code"] == "cel_error" and bad["executionId"] == child_id(parent, 2)
+
+
 # ---------------------------------------------------------------------------- savepoints
 
 

@@ -409,7 +409,10 @@ class ToolHost:
             return {"status": "FAILED", "error": child.error, "executionId": str(child_id)}
         child.status = "SUCCEEDED"
         child.output = {"value": value}
-        return value
+        if check:
+            return value
+        # The same shape as a failure, so that a program can test r["status"] (as with tools.x).
+        return {"status": "SUCCEEDED", "output": child.output, "executionId": str(child_id)}
 
     def _refused_child(self, target: dict, input: Any, sequence: int, child_id: uuid.UUID,
                        failed: "_Failed") -> PendingExecution:
