@@ -128,3 +128,29 @@ def test_a_nested_invoke_is_bounded_by_the_callers_response_timeout(api):
     result = body["data"]["actions"]["invokeAction"]
     assert result["status"] == "FAILED"
     assert result["invocation"]["error"]["code"] == "action_response_timeout"
+
+
+def test_a_started_executions_program_is_refused_reentry_through_graphql_too(api, services):
+    import time
+
+    from ledger.queue.worker import Worker
+
+    start = """mutation($id: UUID!, $input: StartActionInput!) { actions { startAction(id: $id, input: $input) {
+               executionId } } }"""
+    read = """query($id: UUID!) { actions { execution(id: $id) { status invocation { output } } } }"""
+    again = str(uuid.uuid4())
+    api.gql("""mutation($id: UUID!, $d: ActionInput!) { actions { createAction(id: $id, input: $d) { actionId }
+               publishAction(id: $id) { status } } }""", {"id": again, "d": invoker("again", check=False)})
+    execution_id = str(uuid.uuid4())
+    api.gql(start, {"id": again, "input": {"executionId": execution_id,
+                                           "input": {"target": again, "eid": str(uuid.uuid4())}}})
+    worker = Worker(services, concurrency=1, lease_seconds=2.0, poll_interval=0.1).start()
+    try:
+        deadline = time.monotonic() + 20
+        while (execution := api.gql(read, {"id": execution_id})["actions"]["execution"])["status"] not in ("SUCCEEDED", "FAILED"):
+            assert time.monotonic() < deadline, execution
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+    errors = execution["invocation"]["output"][0]["errors"]
+    assert [e["extensions"]["code"] for e in errors] == ["action_call_limit_exceeded"]

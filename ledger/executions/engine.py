@@ -29,6 +29,9 @@ from .records import PendingExecution, flush
 from .values import value_problem
 
 MAX_TOOL_DEPTH = 8
+# Where a running call tree is kept in `Scope.request_state`, so that an invokeAction made through
+# graphql() joins it (re-entry, depth, count, deadline, records) instead of starting a tree of its own.
+TREE_KEY = "call_tree"
 MAX_CALLS_BENEATH = 1024
 DEFAULT_RESPONSE_TIMEOUT = 30.0
 
@@ -120,6 +123,10 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
     tree.pending.append(pending)
     deadline = response_deadline(record, deadline)
     tree.deadlines.append(deadline)
+    # Whoever drives the tree (invokeAction, a queue worker), nested invokes must find it.
+    registered = scope.request_state.get(TREE_KEY) is None
+    if registered:
+        scope.request_state[TREE_KEY] = tree
     try:
         with scope.savepoint():
             _check_input(record, input)
@@ -135,6 +142,8 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
         pending.error = {"code": failed.code, "message": failed.message, "hint": failed.hint}
     finally:
         tree.deadlines.pop()
+        if registered:
+            scope.request_state.pop(TREE_KEY, None)
     pending.finished_at = _now()
     return pending
 

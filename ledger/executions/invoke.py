@@ -11,11 +11,9 @@ import psycopg
 from ..actions.registry import ACTION, as_document, load_action
 from ..errors import LedgerError, Retryable
 from ..scope import Scope
-from .engine import (MAX_CALLS_BENEATH, MAX_TOOL_DEPTH, CallLimitExceeded, CallTree, response_timeout_seconds,
-                     run_call)
+from .engine import (MAX_CALLS_BENEATH, MAX_TOOL_DEPTH, TREE_KEY, CallLimitExceeded, CallTree,
+                     response_timeout_seconds, run_call)
 from .records import EXECUTION, PendingExecution, execution_document, flush, load_execution, record_of
-
-TREE_KEY = "call_tree"
 
 
 class ActionNotCallable(LedgerError):
