@@ -282,6 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = sub.add_parser("schema", help="print the GraphQL SDL")
     schema.set_defaults(func=cmd_schema)
+
+    from . import publish as publish_module  # stdlib only: cheap to import
+
+    publish = sub.add_parser("publish", help="create/update and publish tool definitions (TOML) through the API")
+    publish_module.configure_parser(publish)
+    publish.set_defaults(func=lambda args, settings: publish_module.run(args))
     return parser
 
 
