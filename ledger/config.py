@@ -23,8 +23,10 @@ class Settings:
     data_dir: Path = field(default_factory=lambda: Path(os.environ.get("LEDGER_DATA_DIR", ".ledger")))
     host: str = field(default_factory=lambda: os.environ.get("LEDGER_HOST", "127.0.0.1"))
     port: int = field(default_factory=lambda: _env_int("LEDGER_PORT", 8000))
-    # Requests: default deadline (Request-Timeout may lower or raise it up to the maximum).
-    request_timeout: float = field(default_factory=lambda: _env_float("LEDGER_REQUEST_TIMEOUT", 30.0))
+    # Requests: default deadline (Request-Timeout may lower or raise it up to the maximum). A little
+    # above the default responseTimeout (30 s), so that a tool at its defaults that never finishes is
+    # recorded as a FAILED `action_response_timeout` instead of failing the whole request as retryable.
+    request_timeout: float = field(default_factory=lambda: _env_float("LEDGER_REQUEST_TIMEOUT", 35.0))
     max_request_timeout: float = 300.0
     max_body_bytes: int = field(default_factory=lambda: _env_int("LEDGER_MAX_BODY_BYTES", 8 << 20))
     # How many times the server retries a request that lost a race before answering `retryable`.
