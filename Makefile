@@ -3,9 +3,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# GraphiQL's pinned assets (npm registry), served by the server so that GraphiQL works offline. A failed
+# fetch (no npm, no network) never fails the build: the page then falls back to the public CDN, and the
+# next `make` tries again.
+GRAPHIQL := .cache/graphiql/manifest.json
 ARGS ?=
 
-.PHONY: install serve test schema bench clean
+.PHONY: install assets serve test schema bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,12 +19,18 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-install: $(STAMP)
+$(GRAPHIQL): $(STAMP) ledger/api/graphiql.py
+	@$(BIN)/ledger assets fetch --dest .cache/graphiql \
+		|| echo "GraphiQL assets not fetched: its page falls back to the public CDN (retried on the next make)"
 
-serve: $(STAMP)
+install: $(STAMP) $(GRAPHIQL)
+
+assets: $(GRAPHIQL)
+
+serve: $(STAMP) $(GRAPHIQL)
 	$(BIN)/ledger serve $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(GRAPHIQL)
 	$(BIN)/python -m pytest -q $(ARGS)
 
 schema: $(STAMP)

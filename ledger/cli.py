@@ -182,6 +182,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from .auth.clients import create_tenant
     from .auth.tokens import TokenService, load_signing_key
 
+    from .api import graphiql
+
     attached = attach(settings)
     # uvicorn shuts down gracefully on SIGTERM and then raises the signal again: handle it, so that the
     # `finally` below still runs (closing the services and the embedded cluster) instead of the
@@ -192,6 +194,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         os.environ["LEDGER_DATABASE_URL"] = attached.conninfo
         os.environ["LEDGER_DATA_DIR"] = str(settings.data_dir.resolve())
         os.environ["LEDGER_RUN_WORKER"] = "0" if args.no_worker else "1"
+        graphiql.ensure_assets(settings)  # in the background, when no cache holds them
         if settings.embedded:
             admin = read_admin(settings)
             token_path = settings.data_dir / "admin-token"
@@ -202,7 +205,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                 print(f"created tenant 'default' ({tenant_id}) with an admin client ({admin_id})")
                 print(f"admin token (also in {token_path}):\n{token}")
             token = token_path.read_text().strip()
-            print(f"GraphiQL: http://{settings.host}:{settings.port}/graphql#token={token}", flush=True)
+            if _loopback(settings.host):
+                print(f"GraphiQL: http://{settings.host}:{settings.port}/graphql#token={token}", flush=True)
+            else:  # a URL carrying the admin token is printed for loopback only
+                print(f"GraphiQL: http://{settings.host}:{settings.port}/graphql (add #token=<the admin token in "
+                      f"{token_path}> to the URL)", flush=True)
         else:
             print(f"GraphQL: http://{settings.host}:{settings.port}/graphql", flush=True)
         uvicorn.run("ledger.api.app:create_app", factory=True, host=settings.host, port=settings.port,
@@ -210,6 +217,30 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                     access_log=False, timeout_graceful_shutdown=10)
     finally:
         attached.close()
+    return 0
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def cmd_assets_fetch(args: argparse.Namespace, settings: Settings) -> int:
+    from .api import graphiql
+
+    dest = Path(args.dest) if args.dest else settings.data_dir / "graphiql"
+    try:
+        graphiql.fetch_assets(dest, timeout=args.timeout)
+    except (graphiql.FetchFailed, OSError) as exc:
+        print(f"error: could not fetch the GraphiQL assets into {dest}: {exc}", file=sys.stderr)
+        print("hint: GraphiQL then loads them from the public CDN, which needs internet; the assets come from "
+              "the npm registry (via `npm`)", file=sys.stderr)
+        return 1
+    print(f"GraphiQL assets are in {dest}")
     return 0
 
 
@@ -282,6 +313,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = sub.add_parser("schema", help="print the GraphQL SDL")
     schema.set_defaults(func=cmd_schema)
+
+    assets = sub.add_parser("assets", help="GraphiQL's static assets")
+    assets_sub = assets.add_subparsers(dest="assets_command", required=True)
+    assets_fetch = assets_sub.add_parser("fetch", parents=[common], help="fetch the pinned GraphiQL assets from the "
+                                         "npm registry into a cache the server serves them from")
+    assets_fetch.add_argument("--dest", help="the cache directory (default: <data dir>/graphiql)")
+    assets_fetch.add_argument("--timeout", type=float, default=120.0, help="seconds (default 120)")
+    assets_fetch.set_defaults(func=cmd_assets_fetch)
 
     from . import publish as publish_module  # stdlib only: cheap to import
 

@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from strawberry.exceptions import MissingQueryError
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
@@ -32,7 +32,7 @@ from ..errors import LedgerError, Retryable, Unauthenticated
 from ..policy.chain import Chain
 from ..scope import Scope
 from .context import RequestContext
-from .graphiql import ASSETS, asset_dir, graphiql_page
+from .graphiql import asset_response, graphiql_page
 from .schema import schema
 
 log = logging.getLogger("ledger.http")
@@ -146,7 +146,7 @@ class GraphQLEndpoint:
 
     async def __call__(self, request: Request) -> Response:
         if request.method == "GET":
-            return HTMLResponse(graphiql_page(self.services))
+            return HTMLResponse(await run_in_threadpool(graphiql_page, self.services))
         started = time.perf_counter()
         try:
             response = await self._post(request)
@@ -320,13 +320,8 @@ def build_app(services: Services) -> Starlette:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     async def graphiql_asset(request: Request) -> Response:
-        # The page points here once the assets are cached in the data dir; only those names are served.
-        name = request.path_params["name"]
-        path = asset_dir(services) / name
-        if name not in ASSETS or not path.is_file():
-            return Response("not found", status_code=404, media_type="text/plain")
-        media = "text/css" if name.endswith(".css") else "application/javascript"
-        return FileResponse(path, media_type=media)
+        # Only the pinned asset names are served, from the first cache that holds them all.
+        return await run_in_threadpool(asset_response, services, request.path_params["name"])
 
     return Starlette(routes=[
         Route("/graphql", endpoint, methods=["GET", "POST"]),
