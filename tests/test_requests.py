@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import psycopg
@@ -524,3 +525,15 @@ def test_only_graphiql_asset_names_are_served(api, settings):
     (settings.data_dir / "secret.txt").write_text("no")
     assert api.http.get("/graphiql/..%2Fsecret.txt").status_code == 404
     assert api.http.get("/graphiql/missing.js").status_code == 404
+
+
+def test_many_short_statements_stop_at_the_deadline(api, db_url):
+    """statement_timeout bounds each statement; the request as a whole must still end at its deadline."""
+    _insert_accounts(db_url, api.tenant_id, 200)
+    query = "{ " + " ".join(f"a{i}: financial {{ accounts(first: 500) {{ transfers(first: 500) {{ id }} }} }}"
+                            for i in range(150)) + " }"
+    started = time.monotonic()
+    response = api.post(query, headers={"Request-Timeout": "0.5"})
+    elapsed = time.monotonic() - started
+    assert response.json()["errors"][0]["extensions"]["code"] == "retryable"
+    assert elapsed < 3, f"the request ran {elapsed:.1f} s past a 0.5 s deadline"

@@ -28,6 +28,21 @@ _DEADLINE_STATES = {"57014"}  # query_canceled (statement_timeout)
 _CONNECTION_STATES_PREFIX = ("08", "57P")  # connection exceptions, admin/crash shutdown
 
 
+class _DeadlineCursor(psycopg.Cursor):
+    """Refuses to start a statement once its transaction's deadline has passed.
+
+    statement_timeout bounds one statement; without this, a request making many short statements
+    (a listing inside a listing, under many aliases) would run on long past its deadline.
+    """
+
+    def execute(self, query, params=None, **kwargs):
+        deadline = getattr(self.connection, "ledger_deadline", None)
+        if deadline is not None and time.monotonic() >= deadline:
+            raise Retryable("the request's deadline passed", hint="retry, or allow more time with the "
+                            "Request-Timeout header (and ask for less per request)")
+        return super().execute(query, params, **kwargs)
+
+
 def _configure(conn: psycopg.Connection) -> None:
     conn.execute(f"SET ROLE {APP_ROLE}")
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
@@ -47,7 +62,7 @@ class Database:
             min_size=min_size,
             max_size=max_size,
             timeout=wait_timeout,
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            kwargs={"autocommit": True, "row_factory": dict_row, "cursor_factory": _DeadlineCursor},
             configure=_configure,
             check=ConnectionPool.check_connection,
             open=False,
@@ -76,6 +91,7 @@ class Database:
                 "the server is busy: no database connection became free in time",
                 hint="retry the request after a short backoff",
             ) from exc
+        conn.ledger_deadline = deadline  # read by _DeadlineCursor before every statement
         try:
             with translate_db_errors():
                 with conn.transaction(force_rollback=rollback):
@@ -87,9 +103,11 @@ class Database:
                     )
                     yield conn
         except BaseException as exc:
+            conn.ledger_deadline = None
             conn_cm.__exit__(type(exc), exc, exc.__traceback__)
             raise
         else:
+            conn.ledger_deadline = None
             conn_cm.__exit__(None, None, None)
 
 
