@@ -183,6 +183,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from .auth.tokens import TokenService, load_signing_key
 
     from .api import graphiql
+    from .logs import logging_config
 
     attached = attach(settings)
     # uvicorn shuts down gracefully on SIGTERM and then raises the signal again: handle it, so that the
@@ -194,6 +195,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         os.environ["LEDGER_DATABASE_URL"] = attached.conninfo
         os.environ["LEDGER_DATA_DIR"] = str(settings.data_dir.resolve())
         os.environ["LEDGER_RUN_WORKER"] = "0" if args.no_worker else "1"
+        metrics_dir = _multiprocess_metrics(args.workers)
         graphiql.ensure_assets(settings)  # in the background, when no cache holds them
         if settings.embedded:
             admin = read_admin(settings)
@@ -214,9 +216,13 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             print(f"GraphQL: http://{settings.host}:{settings.port}/graphql", flush=True)
         uvicorn.run("ledger.api.app:create_app", factory=True, host=settings.host, port=settings.port,
                     workers=args.workers if args.workers > 1 else None, log_level=args.log_level,
-                    access_log=False, timeout_graceful_shutdown=10)
+                    access_log=False, timeout_graceful_shutdown=10, log_config=logging_config(args.log_level))
     finally:
         attached.close()
+        if metrics_dir is not None:
+            import shutil
+
+            shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
 
 
@@ -227,6 +233,18 @@ def _loopback(host: str) -> bool:
         return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _multiprocess_metrics(workers: int) -> str | None:
+    """With several server processes, a scrape must see them all: prometheus-client's multiprocess mode,
+    whose directory must be set before the processes start (and empty)."""
+    if workers <= 1 or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return None
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="ledger-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    return path
 
 
 def cmd_assets_fetch(args: argparse.Namespace, settings: Settings) -> int:
@@ -344,8 +362,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
+    from .logs import configure
+
+    # JSON lines for the long-running processes an operator collects logs from; text for the rest.
+    configure(json_default=args.command in ("serve", "worker"))
     try:
         return args.func(args, settings_from(args))
     except LedgerError as exc:

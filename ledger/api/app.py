@@ -23,6 +23,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
+        from .. import metrics
+
+        # With several server processes, each refreshes its own pool gauges (a scrape reaches only one).
+        sampler = metrics.PoolSampler(services).start() if metrics.multiprocess() else None
         worker = None
         if run_worker:
             from ..queue.worker import Worker
@@ -34,7 +38,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
         finally:
             if worker is not None:
                 worker.stop()
+            if sampler is not None:
+                sampler.stop()
             services.close()
+            metrics.mark_process_dead()
 
     app.router.lifespan_context = lifespan
     app.state.services = services

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 from graphql import GraphQLError, OperationDefinitionNode, parse
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from prometheus_client import Counter, Histogram
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -317,7 +317,10 @@ def build_app(services: Services) -> Starlette:
         return JSONResponse({"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503)
 
     async def metrics(request: Request) -> Response:
-        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+        from ..metrics import exposition
+
+        body, media_type = await run_in_threadpool(exposition, services)
+        return Response(body, media_type=media_type)
 
     async def graphiql_asset(request: Request) -> Response:
         # Only the pinned asset names are served, from the first cache that holds them all.

@@ -269,6 +269,10 @@ class Invocation:
     started_at: Optional[datetime.datetime]
     finished_at: Optional[datetime.datetime]
     logs: list[str]
+    duration_ms: Optional[float] = strawberry.field(
+        description="How long the attempt ran, in milliseconds (null while it runs)")
+    output_bytes: Optional[int] = strawberry.field(
+        description="The size in bytes of the attempt's result JSON: its output, or its error when it has none")
 
     @classmethod
     def from_record(cls, rec: dict) -> "Invocation":
@@ -279,7 +283,8 @@ class Invocation:
             tools=[ResolvedTool(name=t["name"], action_id=uuid.UUID(str(t["actionId"])),
                                 action_version=t["actionVersion"]) for t in rec.get("tools") or []],
             attempt=rec["attempt"], started_at=rec.get("started_at"), finished_at=rec.get("finished_at"),
-            logs=list(rec.get("logs") or []),
+            logs=list(rec.get("logs") or []), duration_ms=rec.get("duration_ms"),
+            output_bytes=rec.get("output_bytes"),
         )
 
 

@@ -20,6 +20,7 @@ import orjson
 from ..actions import natives
 from ..actions.schemas import first_error
 from ..errors import LedgerError, PermissionDenied, Retryable
+from ..logs import bind_call, unbind_call
 from ..policy.cel import CelError, evaluate_expression
 from ..policy.chain import Layer
 from ..policy.statements import parse_policies
@@ -118,7 +119,7 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
         status="RUNNING", parent_execution_id=parent_execution_id, root_execution_id=root_execution_id,
         call_sequence=call_sequence, depth=depth, client_id=scope.principal.client_id,
         event={"eventType": event_type, "data": input, "recordType": None, "recordId": None},
-        input=input, session_id=session_id, started_at=_now(), attempt=attempt,
+        input=input, session_id=session_id, started_at=_now(), attempt=attempt, action_name=record["name"],
     )
     tree.pending.append(pending)
     deadline = response_deadline(record, deadline)
@@ -127,6 +128,8 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
     registered = scope.request_state.get(TREE_KEY) is None
     if registered:
         scope.request_state[TREE_KEY] = tree
+    log_context = bind_call(execution_id=execution_id, root_execution_id=root_execution_id,
+                            tenant=scope.tenant_id, action=record["name"])
     try:
         with scope.savepoint():
             _check_input(record, input)
@@ -142,6 +145,7 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
         pending.error = {"code": failed.code, "message": failed.message, "hint": failed.hint}
     finally:
         tree.deadlines.pop()
+        unbind_call(log_context)
         if registered:
             scope.request_state.pop(TREE_KEY, None)
     pending.finished_at = _now()
@@ -373,7 +377,7 @@ class ToolHost:
             parent_execution_id=self.pending.execution_id, root_execution_id=self.pending.root_execution_id,
             call_sequence=sequence, depth=self.pending.depth + 1, client_id=self.scope.principal.client_id,
             event={"eventType": "action.invoked", "data": input, "recordType": None, "recordId": None},
-            input=input, started_at=_now(),
+            input=input, started_at=_now(), action_name=name,
         )
         self.tree.pending.append(child)
         return child
@@ -431,7 +435,7 @@ class ToolHost:
             parent_execution_id=self.pending.execution_id, root_execution_id=self.pending.root_execution_id,
             call_sequence=sequence, depth=self.pending.depth + 1, client_id=self.scope.principal.client_id,
             event={"eventType": "action.invoked", "data": input, "recordType": None, "recordId": None},
-            input=input, started_at=_now(), finished_at=_now(),
+            input=input, started_at=_now(), finished_at=_now(), action_name=target["name"],
             error={"code": failed.code, "message": failed.message, "hint": failed.hint},
         )
         self.tree.pending.append(child)

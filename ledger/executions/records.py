@@ -74,7 +74,8 @@ def children_of(scope: Scope, execution_id: uuid.UUID) -> list[dict]:
 
 def invocations_of(scope: Scope, execution_id: uuid.UUID) -> list[dict]:
     return scope.all(
-        "SELECT attempt, input, output, error, tools, logs, started_at, finished_at FROM invocations"
+        "SELECT attempt, input, output, error, tools, logs, started_at, finished_at, duration_ms, output_bytes"
+        " FROM invocations"
         " WHERE tenant_id = %s AND execution_id = %s ORDER BY attempt",
         (scope.tenant_id, execution_id),
     )
@@ -105,11 +106,27 @@ class PendingExecution:
     started_at: datetime.datetime | None = None
     finished_at: datetime.datetime | None = None
     output_bytes: int | None = None
+    action_name: str | None = None  # for metrics and logs
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds() * 1000
+
+    def result_bytes(self) -> int:
+        """The size of the call's result: its output's JSON, or its error's when it has no output."""
+        if self.output_bytes is None:
+            from ..metrics import json_size
+
+            self.output_bytes = json_size(self.output if self.output is not None or self.error is None else self.error)
+        return self.output_bytes
 
     def as_record(self, created_at: datetime.datetime) -> dict:
         invocation = {"attempt": self.attempt, "input": self.input, "output": self.output, "error": self.error,
                       "tools": self.tools, "logs": self.logs, "started_at": self.started_at,
-                      "finished_at": self.finished_at}
+                      "finished_at": self.finished_at, "duration_ms": self.duration_ms,
+                      "output_bytes": self.result_bytes() if self.status != "RUNNING" else None}
         return {
             "execution_id": self.execution_id, "action_id": self.action_id, "action_version": self.action_version,
             "status": self.status, "parent_execution_id": self.parent_execution_id,
@@ -121,7 +138,10 @@ class PendingExecution:
 
 
 def flush(scope: Scope, pending: list[PendingExecution]) -> datetime.datetime:
-    """Write buffered executions and their invocations; returns their created_at."""
+    """Write buffered executions and their invocations; returns their created_at.
+
+    Every finished call of a tree passes here once: its metrics and its log line are taken here too.
+    """
     now = scope.one("SELECT now() AS now")["now"]
     if not pending:
         return now
@@ -140,7 +160,9 @@ def flush(scope: Scope, pending: list[PendingExecution]) -> datetime.datetime:
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             [(scope.tenant_id, p.execution_id, p.attempt, Jsonb(p.input), Jsonb(p.output),
               Jsonb(p.error) if p.error else None, Jsonb(p.tools), Jsonb(p.logs), p.started_at, p.finished_at,
-              (p.finished_at - p.started_at).total_seconds() * 1000 if p.started_at and p.finished_at else None,
-              p.output_bytes) for p in pending],
+              p.duration_ms, p.result_bytes()) for p in pending],
         )
+    from ..metrics import calls_finished
+
+    calls_finished(scope.tenant_id, pending)
     return now

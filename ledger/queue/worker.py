@@ -27,9 +27,11 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from ..actions.registry import load_action
 from ..auth.principal import Principal
+from ..logs import bind_call, unbind_call, update_call
 from ..policy.chain import Chain, Layer
 from ..policy.statements import parse_policies
 from ..scope import Scope
+from ..metrics import observe_tree
 from .drain import settle_pending_lifecycle
 from .start import QUEUE_CHANNEL
 
@@ -39,7 +41,8 @@ TERMINAL_CODES = {"action_input_invalid", "action_access_denied", "action_call_l
                   "tool_not_declared", "cancelled"}
 MAX_BACKOFF_SECONDS = 300.0
 
-QUEUE_DEPTH = Gauge("ledger_queue_depth", "Started executions waiting for or holding a worker")
+QUEUE_DEPTH = Gauge("ledger_queue_depth", "Started executions waiting for or holding a worker",
+                    multiprocess_mode="livemostrecent")
 CLAIM_LATENCY = Histogram("ledger_queue_claim_latency_seconds", "From run_at (due) to claim")
 ATTEMPTS = Counter("ledger_queue_attempts_total", "Attempts of started executions by outcome", ["outcome"])
 RETRIES = Counter("ledger_queue_retries_total", "Attempts that will be retried")
@@ -184,6 +187,9 @@ class Worker:
     # ------------------------------------------------------------------ one attempt
 
     def _run_job(self, job: Job) -> None:
+        # Every line logged about this attempt names its execution (a started execution is a root).
+        log_context = bind_call(execution_id=job.execution_id, root_execution_id=job.execution_id,
+                                tenant=job.tenant_id)
         try:
             outcome = run_attempt(self.services, job)
             _drop_lease(self.services, job)
@@ -198,6 +204,7 @@ class Worker:
             log.exception("attempt of execution %s failed unexpectedly; it will be retried after its lease lapses",
                           job.execution_id)
         finally:
+            unbind_call(log_context)
             with self._lock:
                 self._running.pop(job.lease_token, None)
             job.done.set()
@@ -264,6 +271,7 @@ def run_attempt(services: Any, job: Job) -> str:
         with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
             denial = _authority_problem(conn, execution)
             record = load_action_for(services, conn, execution)
+            update_call(action=record["name"] if record else None)
             if denial is not None or record is None:
                 code, message, hint = denial or ("action_failure", "the action version no longer exists", None)
                 return _finish(conn, services, job, execution, attempt, record, None, started_at,
@@ -277,12 +285,13 @@ def run_attempt(services: Any, job: Job) -> str:
                                    attempt=attempt)
             finally:
                 tree.close()
+            observe_tree(len(tree.pending))
             if job.cancel or _cancel_requested_now(services, job):
                 raise Cancelled()
             flush(scope, tree.pending[1:])
             return _finish(conn, services, job, execution, attempt, record, pending, started_at)
     except Cancelled:
-        return _finish_cancelled(services, job, execution, deadline)
+        return _finish_cancelled(services, job, execution, deadline, started_at)
 
 
 def _drop_lease(services: Any, job: Job) -> None:
@@ -334,6 +343,8 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
             pending: Any, started_at: datetime.datetime, error: dict | None = None) -> str:
     from psycopg.types.json import Jsonb
 
+    from ..metrics import call_finished, json_size
+
     _fence(conn, job)
     finished_at = datetime.datetime.now(datetime.timezone.utc)
     if pending is not None:
@@ -341,12 +352,14 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
         output, tools, logs = pending.output, pending.tools, pending.logs
     else:
         output, tools, logs = None, [], []
+    duration_ms = (finished_at - started_at).total_seconds() * 1000
+    output_bytes = json_size(output if output is not None or error is None else error)
     conn.execute(
         "INSERT INTO invocations (tenant_id, execution_id, attempt, input, output, error, tools, logs, started_at,"
-        " finished_at, duration_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        " finished_at, duration_ms, output_bytes) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (job.tenant_id, job.execution_id, attempt, Jsonb(execution["input"]), Jsonb(output),
-         Jsonb(error) if error else None, Jsonb(tools), Jsonb(logs), started_at, finished_at,
-         (finished_at - started_at).total_seconds() * 1000),
+         Jsonb(error) if error else None, Jsonb(tools), Jsonb(logs), started_at, finished_at, duration_ms,
+         output_bytes),
     )
     settings = (record or {}).get("execution") or {}
     max_attempts = int(settings.get("maxAttempts") or 3)
@@ -358,6 +371,10 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
         status, outcome = "QUEUED", "retry"
     conn.execute("UPDATE executions SET status = %s, updated_at = now() WHERE tenant_id = %s AND id = %s",
                  (status, job.tenant_id, job.execution_id))
+    call_finished(job.tenant_id, execution_id=job.execution_id, root_execution_id=job.execution_id,
+                  action=(record or {}).get("name"), action_version=execution["action_version"],
+                  status="FAILED" if error else "SUCCEEDED", error=error, duration_ms=duration_ms,
+                  output_bytes=output_bytes, attempt=attempt, depth=0)
     if outcome == "retry":
         _release(conn, job, retry_in=backoff_seconds(float(settings.get("backoffSeconds", 1.0)), attempt))
     else:
@@ -367,19 +384,28 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
     return outcome
 
 
-def _finish_cancelled(services: Any, job: Job, execution: dict, deadline: float) -> str:
+def _finish_cancelled(services: Any, job: Job, execution: dict, deadline: float,
+                      started_at: datetime.datetime | None = None) -> str:
     from psycopg.types.json import Jsonb
+
+    from ..metrics import call_finished, json_size
 
     with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
         _fence(conn, job)
         attempt = execution["attempts"] + 1
         now = datetime.datetime.now(datetime.timezone.utc)
+        started_at = started_at or now
+        error = {"code": "cancelled", "message": "the execution was cancelled", "hint": None}
+        duration_ms, output_bytes = (now - started_at).total_seconds() * 1000, json_size(error)
         conn.execute(
-            "INSERT INTO invocations (tenant_id, execution_id, attempt, input, error, started_at, finished_at)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-            (job.tenant_id, job.execution_id, attempt, Jsonb(execution["input"]),
-             Jsonb({"code": "cancelled", "message": "the execution was cancelled", "hint": None}), now, now),
+            "INSERT INTO invocations (tenant_id, execution_id, attempt, input, error, started_at, finished_at,"
+            " duration_ms, output_bytes) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (job.tenant_id, job.execution_id, attempt, Jsonb(execution["input"]), Jsonb(error), started_at, now,
+             duration_ms, output_bytes),
         )
+        call_finished(job.tenant_id, execution_id=job.execution_id, root_execution_id=job.execution_id,
+                      action=None, action_version=execution["action_version"], status="CANCELLED", error=error,
+                      duration_ms=duration_ms, output_bytes=output_bytes, attempt=attempt, depth=0)
         conn.execute("UPDATE executions SET status = 'CANCELLED', updated_at = now() WHERE tenant_id = %s AND id = %s",
                      (job.tenant_id, job.execution_id))
         _release(conn, job, retry_in=None)

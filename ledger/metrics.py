@@ -1,0 +1,206 @@
+"""Prometheus metrics of calls and pools, and the exposition for GET /metrics.
+
+Families (beside those of the HTTP layer and the queue, defined where they are measured):
+- ledger_calls_total{action,status,code}: finished calls (each attempt of an execution, nested ones too);
+- ledger_call_duration_seconds{action}: their latency;
+- ledger_call_output_bytes: the size of their results (the output's JSON, or the error's when it failed);
+- ledger_calls_per_tree: calls in one call tree (a top-level call and everything beneath it);
+- ledger_db_pool_*: the database pool (connections open, idle, in use and at most; requests waiting,
+  served, waited for and failed);
+- ledger_executors{state}: the sandbox executor processes.
+
+With several server processes (`ledger serve --workers N`), `ledger serve` sets PROMETHEUS_MULTIPROC_DIR
+before they start, and a scrape of any of them sums every live process (prometheus-client's multiprocess
+mode); gauges of a process that exited are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+log = logging.getLogger("ledger.metrics")
+call_log = logging.getLogger("ledger.calls")
+
+CALLS = Counter("ledger_calls_total", "Finished calls by action, status and error code (none when it succeeded)",
+                ["action", "status", "code"])
+CALL_SECONDS = Histogram("ledger_call_duration_seconds", "Call latency, by action", ["action"],
+                         buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+                                  120, 300))
+CALL_OUTPUT_BYTES = Histogram("ledger_call_output_bytes", "Size of a call's result JSON in bytes",
+                              buckets=(16, 64, 256, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20,
+                                       4 << 20, 16 << 20))
+CALLS_PER_TREE = Histogram("ledger_calls_per_tree", "Calls in one call tree, the top-level call included",
+                           buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
+
+POOL_CONNECTIONS = Gauge("ledger_db_pool_connections", "Database pool connections by state (open, idle, in_use, max)",
+                         ["state"], multiprocess_mode="livesum")
+POOL_WAITING = Gauge("ledger_db_pool_requests_waiting", "Requests waiting for a database connection now",
+                     multiprocess_mode="livesum")
+POOL_REQUESTS = Counter("ledger_db_pool_requests", "Database connections handed out by the pool")
+POOL_WAIT_SECONDS = Counter("ledger_db_pool_wait_seconds", "Time spent waiting for a database connection")
+POOL_ERRORS = Counter("ledger_db_pool_request_errors", "Requests for a database connection that failed (timed out)")
+EXECUTORS = Gauge("ledger_executors", "Sandbox executor processes by state (live, idle, max)", ["state"],
+                  multiprocess_mode="livesum")
+
+# Initialised, so that a scrape shows every family (at zero) before the first call.
+for _state in ("open", "idle", "in_use", "max"):
+    POOL_CONNECTIONS.labels(_state)
+for _state in ("live", "idle", "max"):
+    EXECUTORS.labels(_state)
+
+
+def multiprocess() -> bool:
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+# ---------------------------------------------------------------------------- calls
+
+
+def observe_call(action: str, status: str, code: str | None, seconds: float | None, output_bytes: int | None) -> None:
+    CALLS.labels(action, status, code or "none").inc()
+    if seconds is not None:
+        CALL_SECONDS.labels(action).observe(max(0.0, seconds))
+    if output_bytes is not None and output_bytes >= 0:
+        CALL_OUTPUT_BYTES.observe(output_bytes)
+
+
+def observe_tree(calls: int) -> None:
+    CALLS_PER_TREE.observe(calls)
+
+
+def json_size(value: Any) -> int:
+    """The size in bytes of a JSON value as the ledger writes it."""
+    try:
+        return len(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):  # an integer beyond 64 bits, stored as received
+        return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode())
+
+
+def call_finished(tenant_id: Any, *, execution_id: Any, root_execution_id: Any, action: str | None,
+                  action_version: int, status: str, error: dict | None, duration_ms: float | None,
+                  output_bytes: int | None, attempt: int, depth: int) -> None:
+    """One finished call: its metrics and its log line.
+
+    A top-level call logs at INFO, a nested one at DEBUG (a tree may hold a thousand calls)."""
+    from .logs import current_call
+
+    action = action or current_call().get("action") or "unknown"
+    code = error.get("code") if error else None
+    observe_call(action, status, code, duration_ms / 1000 if duration_ms is not None else None, output_bytes)
+    level = logging.INFO if depth == 0 else logging.DEBUG
+    if call_log.isEnabledFor(level):
+        call_log.log(level, "call %s %s", action, status.lower(), extra={
+            "executionId": str(execution_id), "rootExecutionId": str(root_execution_id), "tenant": str(tenant_id),
+            "action": action, "actionVersion": action_version, "status": status, "code": code, "attempt": attempt,
+            "depth": depth, "durationMs": round(duration_ms, 3) if duration_ms is not None else None,
+            "outputBytes": output_bytes})
+
+
+def calls_finished(tenant_id: Any, calls: list) -> None:
+    """The calls of a tree, written together: each call, and the tree's size when it starts at its root."""
+    for call in calls:
+        call_finished(tenant_id, execution_id=call.execution_id, root_execution_id=call.root_execution_id,
+                      action=call.action_name, action_version=call.action_version, status=call.status,
+                      error=call.error, duration_ms=call.duration_ms, output_bytes=call.result_bytes(),
+                      attempt=call.attempt, depth=call.depth)
+    if calls and calls[0].parent_execution_id is None:
+        observe_tree(len(calls))
+
+
+# ---------------------------------------------------------------------------- pools
+
+
+def update_pool_metrics(services: Any) -> None:
+    """Read the database pool's and the executor pool's state into the gauges and counters."""
+    try:
+        stats = services.db.pool.pop_stats()  # counters since the last pop: added to ours
+    except Exception:  # noqa: BLE001 - a closed pool reports nothing
+        return
+    size, idle = stats.get("pool_size", 0), stats.get("pool_available", 0)
+    POOL_CONNECTIONS.labels("open").set(size)
+    POOL_CONNECTIONS.labels("idle").set(idle)
+    POOL_CONNECTIONS.labels("in_use").set(max(0, size - idle))
+    POOL_CONNECTIONS.labels("max").set(stats.get("pool_max", 0))
+    POOL_WAITING.set(stats.get("requests_waiting", 0))
+    POOL_REQUESTS.inc(stats.get("requests_num", 0))
+    POOL_WAIT_SECONDS.inc(stats.get("requests_wait_ms", 0) / 1000)
+    POOL_ERRORS.inc(stats.get("requests_errors", 0))
+    executors = services.executors
+    if executors is not None:
+        try:
+            EXECUTORS.labels("live").set(len(executors._live))
+            EXECUTORS.labels("idle").set(len(executors._idle))
+            EXECUTORS.labels("max").set(executors.max_size)
+        except (AttributeError, TypeError):
+            pass
+
+
+def update_queue_depth(services: Any) -> None:
+    from .queue.worker import QUEUE_DEPTH
+
+    try:
+        with services.db.pool.connection(timeout=2) as conn:
+            QUEUE_DEPTH.set(conn.execute("SELECT ledger_queue_depth() AS depth").fetchone()["depth"])
+    except Exception:  # noqa: BLE001 - a scrape never fails over the database
+        log.debug("could not read the queue depth", exc_info=True)
+
+
+class PoolSampler:
+    """In multiprocess mode, each process refreshes its pool gauges now and then (a scrape reaches one)."""
+
+    def __init__(self, services: Any, interval: float = 5.0) -> None:
+        self.services = services
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ledger-metrics", daemon=True)
+
+    def start(self) -> "PoolSampler":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        update_pool_metrics(self.services)
+        while not self._stop.wait(self.interval):
+            update_pool_metrics(self.services)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+# ---------------------------------------------------------------------------- exposition
+
+
+def exposition(services: Any) -> tuple[bytes, str]:
+    """The body and media type of a scrape."""
+    update_pool_metrics(services)
+    update_queue_depth(services)
+    if multiprocess():
+        from prometheus_client import multiprocess as mp
+
+        registry = CollectorRegistry()
+        mp.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+def mark_process_dead() -> None:
+    if multiprocess():
+        from prometheus_client import multiprocess as mp
+
+        mp.mark_process_dead(os.getpid())
+
+
+def families(text: str) -> Iterable[str]:
+    """The metric family names in an exposition (for tests and checks)."""
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            yield line.split()[2]
