@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from helpers import ACCOUNT, CREATE_ACCOUNT, balance, create_account, funded_account
 
@@ -537,3 +541,22 @@ def test_many_short_statements_stop_at_the_deadline(api, db_url):
     elapsed = time.monotonic() - started
     assert response.json()["errors"][0]["extensions"]["code"] == "retryable"
     assert elapsed < 3, f"the request ran {elapsed:.1f} s past a 0.5 s deadline"
+
+
+# ---------------------------------------------------------------------------- fuzzed inputs
+
+CREATE_TRANSFER_QUERY = """mutation($id: UUID!, $from: UUID!, $to: UUID!, $amount: Int64!, $memo: String) {
+  financial { createTransfer(id: $id, input: {fromAccountId: $from, toAccountId: $to, amount: $amount, memo: $memo}) {
+    id } } }"""
+_JSON_LEAVES = st.uuids().map(str) | st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80) | st.floats() | st.text(max_size=40)
+_JSON = st.recursive(_JSON_LEAVES, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                     max_leaves=12)
+
+
+@hypothesis_settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(variables=st.dictionaries(st.sampled_from(["id", "from", "to", "amount", "memo", "x"]), _JSON, max_size=6))
+def test_any_variables_for_a_transfer_never_answer_500(api, variables):
+    body = json.dumps({"query": CREATE_TRANSFER_QUERY, "variables": variables}).encode()
+    response = _raw(api, body)
+    assert response.status_code < 500, response.text
+    assert all(e["extensions"]["code"] != "internal_error" for e in response.json().get("errors") or [])
