@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import time
 import uuid
@@ -27,7 +28,7 @@ pytest.importorskip("websockets", reason="the browser test drives Chromium over 
 
 from cdp import Browser, find_or_install_chromium  # noqa: E402
 from invoke_helpers import publish, tool  # noqa: E402
-from test_cli_serve import Server  # noqa: E402
+from test_cli_serve import Server, _env, _ledger  # noqa: E402
 
 ECHO = 'def run(event):\n    return {"echo": event["data"]["text"], "n": len(event["data"]["text"])}\n'
 
@@ -69,6 +70,27 @@ def server():
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _require_local_assets(server: Server) -> None:
+    """The server serves GraphiQL's assets itself (from the checkout's cache that `make` fills, or from its
+    data dir, fetched in the background on start). Where they cannot be fetched at all (no npm registry),
+    GraphiQL cannot work offline: skip, saying so; where they can, a fallback to the CDN is a failure."""
+    from ledger.api.graphiql import CDN
+
+    deadline = time.monotonic() + 30
+    while CDN in httpx.get(f"{server.url}/graphql", timeout=10).text:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    else:
+        return
+    probe = subprocess.run([*_ledger(), "assets", "fetch", "--dest", str(server.data_dir.parent / "probe")],
+                           capture_output=True, text=True, env=_env(), timeout=180)
+    if probe.returncode != 0:
+        pytest.skip(f"GraphiQL's assets cannot be fetched on this machine: {probe.stderr.strip()}")
+    raise AssertionError(f"the GraphiQL page falls back to the CDN although its assets can be fetched:\n"
+                         f"{server.output()}")
+
+
 def _editor_value(selector: str) -> str:
     return f"document.querySelector({json.dumps(selector)}).CodeMirror.getValue()"
 
@@ -106,6 +128,7 @@ def test_graphiql_in_headless_chromium(server, chromium, tmp_path):
     action_id = publish(api, tool("echo", ECHO, schema={"type": "object", "required": ["text"],
                                                         "properties": {"text": {"type": "string"}}}))
 
+    _require_local_assets(server)
     browser = Browser(chromium)
     try:
         browser.send("Page.enable")
