@@ -22,7 +22,7 @@ class Services:
     def open(cls, settings: Settings, conninfo: str) -> "Services":
         tokens = TokenService(load_signing_key(conninfo))
         db = Database.open(conninfo, min_size=settings.pool_min, max_size=settings.pool_max,
-                           wait_timeout=settings.pool_wait)
+                           wait_timeout=settings.pool_wait, max_waiting=settings.pool_queue)
         return cls(settings=settings, db=db, tokens=tokens)
 
     def executor_pool(self):

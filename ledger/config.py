@@ -34,6 +34,8 @@ class Settings:
     pool_min: int = field(default_factory=lambda: _env_int("LEDGER_POOL_MIN", 2))
     pool_max: int = field(default_factory=lambda: _env_int("LEDGER_POOL_MAX", 20))
     pool_wait: float = field(default_factory=lambda: _env_float("LEDGER_POOL_WAIT", 10.0))
+    # Requests that may wait for a connection at once; beyond them a request fails at once (`retryable`).
+    pool_queue: int = field(default_factory=lambda: _env_int("LEDGER_POOL_QUEUE", 20))
     # Sandbox executors.
     executors: int = field(default_factory=lambda: _env_int("LEDGER_EXECUTORS", 2))
     executor_memory_bytes: int = field(default_factory=lambda: _env_int("LEDGER_EXECUTOR_MEMORY", 1 << 30))

@@ -23,6 +23,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
+        import anyio.to_thread
+
+        # Every request runs on a thread while it holds or waits for a connection: enough threads for
+        # all of them, so that a request is never queued, unbounded and untimed, for a thread instead.
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        limiter.total_tokens = max(limiter.total_tokens, settings.pool_max + settings.pool_queue + 8)
         from .. import metrics
 
         # With several server processes, each refreshes its own pool gauges (a scrape reaches only one).

@@ -9,6 +9,7 @@ bounded number of times before answering `retryable`.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool, PoolTimeout, TooManyRequests
 
 from ..errors import LedgerError, Retryable
 
@@ -48,28 +49,121 @@ def _configure(conn: psycopg.Connection) -> None:
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
 
 
+# While the database does not answer, a request waits at most this long for a connection (long enough
+# for the pool to try a reconnection on its behalf): it fails promptly with `retryable` instead of
+# holding its client until the pool's wait or its deadline ends.
+UNREACHABLE_WAIT = 1.0
+# A failed reconnection is retried with a doubling delay; giving up after this many seconds starts the
+# next attempt afresh (when a request needs a connection), so the delay never grows past a few seconds
+# and the pool reconnects soon after a long outage ends.
+RECONNECT_TIMEOUT = 5.0
+
+
+class _Unreachable(BaseException):
+    """Raised by the pool's connection check to stop the pool's own retry loop at once.
+
+    The pool retries a failed check (with backoff, until the wait ends) unless the check raises a
+    BaseException; an unreachable database is not worth waiting for, so the check stops it this way.
+    """
+
+
+class Reachability:
+    """Whether the database answers, as the pool's checks of the connections it hands out found.
+
+    A connection that fails its check may be the only broken one (an idle connection the server closed):
+    then a fresh connection is tried, and only if that fails too is the database unreachable.
+    """
+
+    def __init__(self, conninfo: str) -> None:
+        self.conninfo = conninfo
+        self.unreachable_since: float | None = None
+        # Set on a thread while a request waits in `Database.transaction`: only such a wait is stopped
+        # early (other users of the pool, such as the queue worker's loops, keep the pool's own retries).
+        self.fail_fast = threading.local()
+
+    @property
+    def reachable(self) -> bool:
+        return self.unreachable_since is None
+
+    def check(self, conn: psycopg.Connection) -> None:
+        try:
+            ConnectionPool.check_connection(conn)
+        except Exception:
+            if self.unreachable_since is not None or not self._answers():
+                if self.unreachable_since is None:
+                    self.unreachable_since = time.monotonic()
+                if getattr(self.fail_fast, "active", False):
+                    raise _Unreachable() from None
+            raise
+        self.unreachable_since = None
+
+    def _answers(self) -> bool:
+        try:
+            psycopg.connect(self.conninfo, connect_timeout=2).close()
+            return True
+        except psycopg.Error:
+            return False
+
+
 @dataclass
 class Database:
     """The pool plus the owner conninfo (for migrations and secrets)."""
 
     conninfo: str
     pool: ConnectionPool
+    reachability: Reachability | None = None
 
     @classmethod
-    def open(cls, conninfo: str, *, min_size: int = 2, max_size: int = 20, wait_timeout: float = 10.0) -> "Database":
+    def open(cls, conninfo: str, *, min_size: int = 2, max_size: int = 20, wait_timeout: float = 10.0,
+             max_waiting: int = 0) -> "Database":
+        """`max_waiting` bounds the requests waiting for a connection (0: unbounded); beyond it a request
+        fails at once with `retryable`."""
+        reachability = Reachability(conninfo)
         pool = ConnectionPool(
             conninfo,
             min_size=min_size,
             max_size=max_size,
             timeout=wait_timeout,
+            max_waiting=max_waiting,
+            reconnect_timeout=RECONNECT_TIMEOUT,
             kwargs={"autocommit": True, "row_factory": dict_row, "cursor_factory": _DeadlineCursor},
             configure=_configure,
-            check=ConnectionPool.check_connection,
+            check=reachability.check,
             open=False,
             name="ledger",
         )
         pool.open(wait=True, timeout=30)
-        return cls(conninfo=conninfo, pool=pool)
+        return cls(conninfo=conninfo, pool=pool, reachability=reachability)
+
+    def _connection(self, deadline: float | None):
+        """A pooled connection (its context manager, entered); `Retryable` when none comes in time."""
+        cap = _remaining(deadline, cap=self.pool.timeout)
+        if self.reachability is not None and not self.reachability.reachable:
+            cap = min(cap, UNREACHABLE_WAIT)
+        if self.reachability is not None:
+            self.reachability.fail_fast.active = True
+        try:
+            conn_cm = self.pool.connection(timeout=cap)
+            return conn_cm, conn_cm.__enter__()
+        except TooManyRequests as exc:
+            if self.reachability is not None and not self.reachability.reachable:
+                raise _unreachable() from exc
+            raise Retryable(
+                "the server is busy: too many requests are already waiting for a database connection",
+                hint="retry the request after a short backoff",
+            ) from exc
+        except _Unreachable:
+            raise _unreachable() from None
+        except PoolTimeout as exc:
+            if self.reachability is not None and not self.reachability.reachable:
+                raise _unreachable() from exc
+            raise Retryable(
+                "the server is busy: no database connection became free in time",
+                hint="retry the request after a short backoff",
+            ) from exc
+        finally:
+            if self.reachability is not None:
+                self.reachability.fail_fast.active = False
 
     def close(self) -> None:
         self.pool.close()
@@ -83,14 +177,7 @@ class Database:
         rollback: bool = False,
     ) -> Iterator[psycopg.Connection]:
         """One transaction, scoped to a tenant by RLS, bounded by an absolute monotonic deadline."""
-        try:
-            conn_cm = self.pool.connection(timeout=_remaining(deadline, cap=self.pool.timeout))
-            conn = conn_cm.__enter__()
-        except PoolTimeout as exc:
-            raise Retryable(
-                "the server is busy: no database connection became free in time",
-                hint="retry the request after a short backoff",
-            ) from exc
+        conn_cm, conn = self._connection(deadline)
         conn.ledger_deadline = deadline  # read by _DeadlineCursor before every statement
         try:
             with translate_db_errors():
@@ -109,6 +196,11 @@ class Database:
         else:
             conn.ledger_deadline = None
             conn_cm.__exit__(None, None, None)
+
+
+def _unreachable() -> Retryable:
+    return Retryable("the database is not answering",
+                     hint="retry the request shortly; the server reconnects by itself")
 
 
 def _remaining(deadline: float | None, *, cap: float) -> float:
