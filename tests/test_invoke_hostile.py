@@ -123,3 +123,25 @@ def test_a_call_cut_short_by_the_request_deadline_is_retryable_and_records_nothi
     assert "Request-Timeout" in body["errors"][0]["extensions"]["hint"]
     read = "query($id: UUID!) { actions { execution(id: $id) { status } } }"
     assert api.gql(read, {"id": execution_id})["actions"]["execution"] is None
+
+
+def test_a_document_with_ten_thousand_aliases_through_graphql_fails_only_its_call(api):
+    # Built at run time (a literal would be refused when the tool is written): 10,000 aliased fields.
+    src = ('def run(event):\n'
+           '    fields = ["a%d: viewer { tenantId }" % i for i in range(event["data"]["n"])]\n'
+           '    return graphql("{ " + " ".join(fields) + " }")\n')
+    error, elapsed = run_hostile(api, src, data_in={"n": 10_000})
+    assert error["code"] == "graphql_error"
+    assert elapsed < 10
+
+
+def test_ten_thousand_aliases_with_check_false_return_the_errors_to_the_program(api):
+    src = ('def run(event):\n'
+           '    fields = ["a%d: viewer { tenantId }" % i for i in range(event["data"]["n"])]\n'
+           '    r = graphql("{ " + " ".join(fields) + " }", check=False)\n'
+           '    return {"data": r["data"], "codes": [e["extensions"]["code"] for e in r["errors"]]}\n')
+    action_id = publish(api, tool("aliases", src))
+    result = invoke(api, action_id, {"n": 10_000})
+    assert result["status"] == "SUCCEEDED", result["invocation"]["error"]
+    assert result["invocation"]["output"]["data"] is None
+    assert result["invocation"]["output"]["codes"] == ["graphql_validation_failed"]

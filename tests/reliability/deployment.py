@@ -378,3 +378,30 @@ class Stats:
             "p50_ms": round(statistics.median(all_latencies) * 1000, 1) if all_latencies else None,
             "p99_ms": round(percentile(all_latencies, 99) * 1000, 1) if all_latencies else None,
         }
+
+
+def serve(database_url: str, directory: Path, env: dict[str, str] | None = None) -> tuple[Process, str]:
+    """One `ledger serve --no-worker` process against a database; returns it and its base URL."""
+    port = free_port()
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_") or k == "LEDGER_PG_BIN"}
+    full_env.update({"PYTHONUNBUFFERED": "1", "LEDGER_DATABASE_URL": database_url,
+                     "LEDGER_DATA_DIR": str(directory / "data")})
+    full_env.update(env or {})
+    process = Process(["serve", "--no-worker", "--port", str(port), "--log-level", "warning"], full_env,
+                      directory / f"serve-{port}.log")
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        if not process.running():
+            raise AssertionError(f"`ledger serve` exited: {process.output()}")
+        try:
+            return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(healthy, 60, f"`ledger serve` to answer (log: {process.log})", interval=0.1)
+    except BaseException:
+        process.stop()
+        raise
+    return process, base
