@@ -67,6 +67,8 @@ class CallTree:
     lease: Any = None
     # The session of the top-level call ({id, input}), for fixed input's `session`; None without one.
     session: dict | None = None
+    # Deadlines of the enclosing tools that narrowed statement_timeout, innermost last.
+    statement_bounds: list[float] = field(default_factory=list)
 
     def executor(self):
         if self.lease is None:
@@ -227,15 +229,30 @@ def _run_program(scope: Scope, tree: CallTree, record: dict, input: Any, pending
                       source=record["config"]["src"],
                       tool_names=program_tool_names(record["config"]["src"], tools))
     tree.stack.append((record["action_id"], record["version"]))
+    # The program's database statements stop at its own deadline when that comes first (one set_config,
+    # only for a tool whose responseTimeout ends before the enclosing bound).
+    enclosing = tree.statement_bounds[-1] if tree.statement_bounds else scope.deadline
+    narrowed = deadline < enclosing - 0.05
+    if narrowed:
+        tree.statement_bounds.append(deadline)
+        _set_statement_timeout(scope, deadline)
     try:
         outcome: RunOutcome = tree.executor().run(program, pending.event, host, deadline)
     finally:
         tree.stack.pop()
+        if narrowed:
+            tree.statement_bounds.pop()
+            _set_statement_timeout(scope, enclosing)
     pending.logs = outcome.logs
     if not outcome.ok:
         raise _Failed(outcome.error_code or "action_failure", outcome.error_message or "the program failed",
                       outcome.error_hint)
     return outcome.output
+
+
+def _set_statement_timeout(scope: Scope, deadline: float) -> None:
+    remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
+    scope.conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(remaining_ms),))
 
 
 def _run_native(scope: Scope, tree: CallTree, record: dict, input: Any, pending: PendingExecution) -> Any:
@@ -391,10 +408,17 @@ class ToolHost:
                                 _decisions={})
         errors = None
         try:
-            with self.scope.savepoint():
-                data, errors = execute_graphql(graphql_scope, document, variables, operation_name)
-                if errors:
-                    raise _Failed(*graphql_failure(errors))
+            try:
+                with self.scope.savepoint():
+                    data, errors = execute_graphql(graphql_scope, document, variables, operation_name)
+                    if errors:
+                        raise _Failed(*graphql_failure(errors))
+            except Retryable:
+                if time.monotonic() < self.deadline - 0.1:
+                    raise  # a lost race or the request's own deadline: the whole request retries
+                # The statement ran into this tool's responseTimeout (statement_timeout), not the request's.
+                raise _Failed("action_response_timeout", "the tool's database work ran past its responseTimeout",
+                              "make the tool do less per call, or raise its responseTimeout") from None
         except _Failed as failed:
             child.status = "FAILED"
             child.error = {"code": failed.code, "message": failed.message, "hint": failed.hint}
