@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ class Services:
     tokens: TokenService
     executors: Any = None  # ledger.runtime.ExecutorPool, started lazily on the first program run
     caches: dict = field(default_factory=dict)
+    _executors_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def open(cls, settings: Settings, conninfo: str) -> "Services":
@@ -26,14 +28,17 @@ class Services:
         return cls(settings=settings, db=db, tokens=tokens)
 
     def executor_pool(self):
+        # Many request threads may ask at once on a fresh process: start exactly one pool.
         if self.executors is None:
-            from .runtime import ExecutorPool
+            with self._executors_lock:
+                if self.executors is None:
+                    from .runtime import ExecutorPool
 
-            pool = ExecutorPool(size=self.settings.executors,
-                                memory_limit_bytes=self.settings.executor_memory_bytes,
-                                max_payload_bytes=self.settings.max_payload_bytes)
-            pool.start()
-            self.executors = pool
+                    pool = ExecutorPool(size=self.settings.executors,
+                                        memory_limit_bytes=self.settings.executor_memory_bytes,
+                                        max_payload_bytes=self.settings.max_payload_bytes)
+                    pool.start()
+                    self.executors = pool
         return self.executors
 
     def close(self) -> None:
