@@ -242,3 +242,14 @@ def as_ledger_error(exc: psycopg.Error) -> Exception:
     if isinstance(exc, (psycopg.OperationalError, pgerrors.AdminShutdown)) or state.startswith(_CONNECTION_STATES_PREFIX):
         return Retryable("the database connection was interrupted", hint="retry the request")
     return exc
+
+
+def transient_failure(exc: BaseException | None) -> Retryable | None:
+    """The `Retryable` a failure amounts to (a lost race, a deadline, a dropped connection), or None."""
+    if isinstance(exc, Retryable):
+        return exc
+    if isinstance(exc, psycopg.Error):
+        translated = as_ledger_error(exc)
+        if isinstance(translated, Retryable):
+            return translated
+    return None

@@ -290,7 +290,7 @@ def execute_graphql(scope: Scope, document: str, variables: dict | None, operati
     from ..api.context import RequestContext
     from ..api.http import error_payload, format_error
     from ..api.schema import schema
-    from ..db.pool import as_ledger_error
+    from ..db.pool import transient_failure
 
     def document_error(message: str):
         return None, [error_payload(message, "graphql_validation_failed",
@@ -312,14 +312,11 @@ def execute_graphql(scope: Scope, document: str, variables: dict | None, operati
     if not result.errors:
         return result.data, None
     for e in result.errors:
-        original = e.original_error
-        if isinstance(original, Retryable):
-            raise original
-        if isinstance(original, psycopg.Error):
-            translated = as_ledger_error(original)
-            if isinstance(translated, Retryable):
-                raise translated
-            raise original
+        retry = transient_failure(e.original_error)
+        if retry is not None:
+            raise retry
+        if isinstance(e.original_error, psycopg.Error):
+            raise e.original_error
     return result.data, [format_error(e) for e in result.errors]
 
 
