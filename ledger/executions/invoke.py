@@ -13,7 +13,8 @@ from ..errors import LedgerError, Retryable
 from ..scope import Scope
 from .engine import (MAX_CALLS_BENEATH, MAX_TOOL_DEPTH, TREE_KEY, CallLimitExceeded, CallTree,
                      response_timeout_seconds, run_call)
-from .records import EXECUTION, PendingExecution, execution_document, flush, load_execution, record_of
+from .records import (EXECUTION, PendingExecution, execution_document, flush, load_execution, record_of,
+                      require_new_execution)
 
 
 class ActionNotCallable(LedgerError):
@@ -77,12 +78,7 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
     session = None
     if session_id is not None and not record["tool"].get("session"):
         raise ActionNotCallable(f"{record['name']!r} has no sessions", hint="omit sessionId")
-    new_row = {"tenant_id": scope.tenant_id, "id": execution_id, "action_id": action_id,
-               "action_version": record["version"], "status": "RUNNING", "parent_execution_id": None,
-               "root_execution_id": execution_id, "depth": 0, "client_id": scope.principal.client_id,
-               "session_id": None, "started": False}
-    scope.require("SELECT", EXECUTION, execution_document(new_row))
-    scope.require("INSERT", EXECUTION, execution_document(new_row))
+    require_new_execution(scope, execution_id, action_id, record["version"], status="RUNNING", started=False)
 
     if record["tool"].get("session"):
         from . import sessions

@@ -33,6 +33,18 @@ def execution_document(row: dict) -> dict:
     return doc
 
 
+def require_new_execution(scope: Scope, execution_id: uuid.UUID, action_id: uuid.UUID, version: int, *,
+                          status: str, started: bool) -> None:
+    """A direct caller needs SELECT and INSERT on the execution it is about to create."""
+    document = execution_document({
+        "tenant_id": scope.tenant_id, "id": execution_id, "action_id": action_id, "action_version": version,
+        "status": status, "parent_execution_id": None, "root_execution_id": execution_id, "depth": 0,
+        "client_id": scope.principal.client_id, "session_id": None, "started": started,
+    })
+    scope.require("SELECT", EXECUTION, document)
+    scope.require("INSERT", EXECUTION, document)
+
+
 def _record(row: dict, invocations: list[dict] | None = None) -> dict:
     return {
         "execution_id": row["id"], "action_id": row["action_id"], "action_version": row["action_version"],

@@ -12,7 +12,8 @@ from ..actions.registry import ACTION, as_document, load_action
 from ..actions.schemas import first_error
 from ..errors import LedgerError, NotFound
 from ..executions.invoke import ExecutionIdConflict, callable_record
-from ..executions.records import EXECUTION, execution_document, load_execution, record_of
+from ..executions.records import (EXECUTION, execution_document, load_execution, record_of,
+                                         require_new_execution)
 from ..executions.values import value_problem
 from ..scope import Scope
 
@@ -56,12 +57,7 @@ def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, ve
     if error:
         raise ActionInputInvalid(f"the input does not match the tool's inputSchema: {error[1]}",
                                  hint=f"fix the input at {error[0]}")
-    row = {"tenant_id": scope.tenant_id, "id": execution_id, "action_id": action_id,
-           "action_version": record["version"], "status": "QUEUED", "parent_execution_id": None,
-           "root_execution_id": execution_id, "depth": 0, "client_id": scope.principal.client_id,
-           "session_id": None, "started": True}
-    scope.require("SELECT", EXECUTION, execution_document(row))
-    scope.require("INSERT", EXECUTION, execution_document(row))
+    require_new_execution(scope, execution_id, action_id, record["version"], status="QUEUED", started=True)
     event = {"eventType": "action.started", "data": input, "recordType": None, "recordId": None}
     created = scope.one(
         "INSERT INTO executions (tenant_id, id, action_id, action_version, status, root_execution_id, depth,"
