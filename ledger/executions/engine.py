@@ -96,8 +96,14 @@ def child_execution_id(parent: uuid.UUID, attempt: int, sequence: int) -> uuid.U
 def tool_layer(record: dict) -> Layer:
     if record["native"]:
         return natives.NATIVE_TOOLS[record["name"]]["layer"]
-    statements, _ = parse_policies(record.get("policies") or [])
-    return Layer(f'tool "{record["name"]}" v{record["version"]}', statements)
+    name = f'tool "{record["name"]}" v{record["version"]}'
+    statements, problems = parse_policies(record.get("policies") or [])
+    if problems:
+        # Checked when written; a stored version that no longer parses fails closed (a dropped DENY
+        # would widen what the tool may do).
+        return Layer(f"{name} (its stored policies are invalid, so it is allowed nothing: "
+                     f"{problems[0]['path']}: {problems[0]['message']})", ())
+    return Layer(name, statements)
 
 
 def response_timeout_seconds(record: dict) -> float:

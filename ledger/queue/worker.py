@@ -26,10 +26,10 @@ import psycopg
 from prometheus_client import Counter, Gauge, Histogram
 
 from ..actions.registry import load_action
+from ..auth.clients import client_layer
 from ..auth.principal import Principal
 from ..logs import bind_call, unbind_call, update_call
-from ..policy.chain import Chain, Layer
-from ..policy.statements import parse_policies
+from ..policy.chain import Chain
 from ..scope import Scope
 from ..metrics import observe_tree
 from .drain import settle_pending_lifecycle
@@ -333,9 +333,9 @@ def _scope_for(services: Any, conn: psycopg.Connection, execution: dict, deadlin
     client = conn.execute("SELECT name, policies FROM clients WHERE tenant_id = %s AND id = %s",
                           (execution["tenant_id"], execution["client_id"])).fetchone()
     name = client["name"] if client else "revoked"
-    statements, _ = parse_policies(client["policies"] if client else [])
     principal = Principal(execution["tenant_id"], execution["client_id"], name, execution["client_claims"] or {})
-    chain = Chain((Layer(f'client "{name}" ({execution["client_id"]})', statements),))
+    # The starter's layer, failing closed exactly as for a direct request.
+    chain = Chain((client_layer(principal, client["policies"] if client else []),))
     return Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline)
 
 
