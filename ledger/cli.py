@@ -277,15 +277,29 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     worker = Worker(services, concurrency=args.concurrency or settings.worker_concurrency,
                     lease_seconds=settings.lease_seconds).start()
     print(f"worker {worker.name} running", flush=True)
+    sampler = _serve_worker_metrics(args.metrics_port, settings, services) if args.metrics_port else None
     try:
         while not stop.wait(1.0):
             pass
     finally:
         # Graceful: claim nothing more, finish the attempts held.
         worker.stop()
+        if sampler is not None:
+            sampler.stop()
         services.close()
         attached.close()
     return 0
+
+
+def _serve_worker_metrics(port: int, settings: Settings, services):
+    """Prometheus metrics of a `ledger worker` process (its attempts, queue and pools) on host:port."""
+    from prometheus_client import start_http_server
+
+    from .metrics import PoolSampler
+
+    start_http_server(port, addr=settings.host)
+    print(f"metrics: http://{settings.host}:{port}/metrics", flush=True)
+    return PoolSampler(services).start()
 
 
 # ---------------------------------------------------------------------------- entry point
@@ -311,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = sub.add_parser("worker", parents=[common], help="run a queue worker (scale-out)")
     worker.add_argument("--concurrency", type=int, help="attempts at once (env LEDGER_WORKER_CONCURRENCY, default 4)")
+    worker.add_argument("--metrics-port", type=int, help="serve Prometheus metrics at /metrics on this port "
+                        "(of --host, default 127.0.0.1); none by default")
+    worker.add_argument("--host", help="the address --metrics-port listens on (env LEDGER_HOST, default 127.0.0.1)")
     worker.set_defaults(func=cmd_worker)
 
     migrate = sub.add_parser("migrate", parents=[common], help="apply pending migrations")

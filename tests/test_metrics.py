@@ -350,3 +350,44 @@ def test_a_scrape_sees_every_server_process(tmp_path):
             server.kill()
             server.wait()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_worker_process_serves_its_own_metrics(api, db_url):
+    """`ledger worker --metrics-port`: a scale-out worker's attempts, queue and pool, scraped from it."""
+    from test_cli_serve import _env, _ledger
+
+    from ledger.db.cluster import free_port
+
+    action_id = publish(api, tool("leaf", LEAF))
+    execution_id = str(uuid.uuid4())
+    api.gql("""mutation($id: UUID!, $input: StartActionInput!) { actions {
+        startAction(id: $id, input: $input) { executionId } } }""",
+            {"id": action_id, "input": {"executionId": execution_id, "input": {"n": 4}}})
+    port = free_port()
+    worker = subprocess.Popen([*_ledger(), "worker", "--database-url", db_url, "--metrics-port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(), text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert worker.poll() is None, worker.stdout.read()
+            try:
+                samples = _samples(f"http://127.0.0.1:{port}")
+            except httpx.HTTPError:
+                samples = {}
+            if samples.get(("ledger_calls_total", frozenset({("action", "leaf"), ("status", "SUCCEEDED"),
+                                                              ("code", "none")}))) == 1:
+                break
+            assert time.monotonic() < deadline, samples
+            time.sleep(0.2)
+        assert samples[("ledger_queue_claim_latency_seconds_count", frozenset())] == 1
+        assert samples[("ledger_calls_per_tree_count", frozenset())] == 1
+        assert samples[("ledger_db_pool_connections", frozenset({("state", "max")}))] > 0
+    finally:
+        worker.terminate()
+        output, _ = worker.communicate(timeout=30)
+    # Its log lines are JSON; the attempt's names the execution.
+    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    attempt = next(line for line in lines if line.get("logger") == "ledger.calls")
+    assert (attempt["executionId"], attempt["rootExecutionId"], attempt["tenant"], attempt["action"]) == \
+        (execution_id, execution_id, str(api.tenant_id), "leaf")
+    assert attempt["outputBytes"] == len(b'{"n":8}') and attempt["durationMs"] > 0
