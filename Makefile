@@ -33,6 +33,20 @@ serve: $(STAMP) $(GRAPHIQL)
 test: $(STAMP) $(GRAPHIQL)
 	$(BIN)/python -m pytest -q $(ARGS)
 
+# `make bench`: the ledger side by side with pgbench, PostGraphile 4 and graphile-worker on one throwaway
+# PostgreSQL cluster (bench/run.py; ARGS=... passes options). CI does not run it; `make test` runs a quick
+# smoke of its harness. wrk (Debian) is the load generator when it is installed, else a Python process.
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	@command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && apt-get install -y -qq wrk >/dev/null 2>&1; } \
+		|| echo "wrk is not installed: the bench uses its Python load generator"
+	$(BIN)/python -m bench.run $(ARGS)
+
 schema: $(STAMP)
 	$(BIN)/ledger schema > schema.graphql
 

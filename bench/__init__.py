@@ -1,0 +1,1 @@
+"""`make bench`: see bench/run.py."""

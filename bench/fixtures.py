@@ -1,0 +1,110 @@
+"""What the workloads need in the ledger: a tenant and its admin token, funded accounts, and the tools
+(created and published through the GraphQL API, as a client would)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from ledger.auth.clients import create_tenant
+from ledger.auth.tokens import TokenService, load_signing_key
+from ledger.db.migrate import apply_migrations
+
+from .env import Client
+
+TRANSFER_SRC = '''DOC = """mutation($id: UUID!, $from: UUID!, $to: UUID!, $amount: Int64!) { financial {
+  createTransfer(id: $id, input: {fromAccountId: $from, toAccountId: $to, amount: $amount}) { id } } }"""
+
+def run(event):
+    d = event["data"]
+    t = graphql(DOC, variables={"id": d["transfer_id"], "from": d["from_account"], "to": d["to_account"],
+                                "amount": d["amount"]})
+    return {"transfer_id": t["financial"]["createTransfer"]["id"]}
+'''
+
+READS_SRC = '''DOC = """query($id: UUID!) { financial { account(id: $id) { balance } } }"""
+
+def run(event):
+    n = 0
+    for i in range(event["data"]["n"]):
+        if graphql(DOC, variables={"id": event["data"]["account_id"]})["financial"]["account"] != None:
+            n += 1
+    return {"reads": n}
+'''
+
+NOOP_SRC = "def run(event):\n    return {}\n"
+
+CREATE_TOOL = """mutation($id: UUID!, $input: ActionInput!) { actions {
+  createAction(id: $id, input: $input) { version } publishAction(id: $id) { status } } }"""
+
+INVOKE = ("mutation($id: UUID!, $input: InvokeActionInput!) { actions { invokeAction(id: $id, input: $input)"
+          " { status invocation { error { code message } } } } }")
+READ = "query($id: UUID!) { financial { account(id: $id) { balance } } }"
+
+
+@dataclass
+class Fixtures:
+    database_url: str
+    tenant_id: uuid.UUID
+    client_id: uuid.UUID
+    token: str
+    jwt_secret: str
+    accounts: list[str]
+    transfer_tool: str
+    reads_tool: str
+    noop_tool: str
+
+
+def _tool(client: Client, name: str, src: str, properties: dict, policies: list[dict]) -> str:
+    action_id = str(uuid.uuid4())
+    client.data(CREATE_TOOL, {"id": action_id, "input": {
+        "name": name, "kind": "tool", "description": f"bench: {name}",
+        "config": {"runtime": "starlark", "src": src},
+        "tool": {"name": name, "description": f"bench: {name}",
+                 "inputSchema": {"type": "object", "properties": properties}},
+        "policies": policies,
+    }})
+    return action_id
+
+
+def prepare_database(database_url: str) -> tuple[uuid.UUID, uuid.UUID, str, str]:
+    apply_migrations(database_url)
+    tenant_id, client_id = create_tenant(database_url, "bench")
+    key = load_signing_key(database_url)
+    token, _ = TokenService(key).mint(tenant_id, client_id, None)
+    return tenant_id, client_id, token, key if isinstance(key, str) else key.decode()
+
+
+def populate(database_url: str, url: str, tenant_id, client_id, token: str, secret: str,
+             accounts: int = 200) -> Fixtures:
+    """Accounts funded from an opening-balance account, and the three bench tools, published."""
+    client = Client(url, token)
+    try:
+        opening = str(uuid.uuid4())
+        client.data("mutation($id: UUID!) { financial { createAccount(id: $id, input: {name: \"opening\","
+                    " currency: \"USD\", allowOverdraft: true}) { id } } }", {"id": opening})
+        ids = [str(uuid.uuid4()) for _ in range(accounts)]
+        for start in range(0, accounts, 50):
+            chunk = ids[start:start + 50]
+            fields = []
+            for i, account_id in enumerate(chunk):
+                fields.append(f'a{i}: createAccount(id: "{account_id}", input: {{name: "bench {start + i}",'
+                              f' currency: "USD"}}) {{ id }}')
+                fields.append(f't{i}: createTransfer(id: "{uuid.uuid4()}", input: {{fromAccountId: "{opening}",'
+                              f' toAccountId: "{account_id}", amount: 1000000000}}) {{ id }}')
+            client.data("mutation { financial { " + " ".join(fields) + " } }")
+        transfer = _tool(client, "bench_transfer", TRANSFER_SRC, {
+            "transfer_id": {"type": "string"}, "from_account": {"type": "string"},
+            "to_account": {"type": "string"}, "amount": {"type": "integer", "minimum": 1}}, [
+            {"effect": "ALLOW", "actions": ["SELECT"], "resources": ["financial.Account.document"]},
+            {"effect": "ALLOW", "actions": ["INSERT"], "resources": ["financial.Transfer.document"],
+             "assertion": "context.document.amount <= 1000000"},
+        ])
+        reads = _tool(client, "bench_reads", READS_SRC, {
+            "account_id": {"type": "string"}, "n": {"type": "integer"}}, [
+            {"effect": "ALLOW", "actions": ["SELECT"], "resources": ["financial.Account.document"]},
+        ])
+        noop = _tool(client, "bench_noop", NOOP_SRC, {}, [])
+    finally:
+        client.close()
+    return Fixtures(database_url, tenant_id, client_id, token, secret, ids, transfer, reads, noop)

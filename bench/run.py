@@ -1,0 +1,275 @@
+"""`make bench`: the ledger side by side with pgbench, PostGraphile 4 and graphile-worker, in one run,
+on one throwaway PostgreSQL cluster with default durability (fsync and synchronous_commit on).
+
+    python -m bench.run [--seconds 10] [--smoke] [--peers all|pgbench|none] [--no-readme]
+
+`--smoke` is the quick run `make test` does (each ledger workload for about a second, no anchors), so
+that the harness cannot rot. Results go to bench/results.json and bench/results.md, and (unless
+--no-readme or --smoke) into README.md between the bench markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from . import loadgen, peers, report, workloads
+from .env import ROOT, Cluster, Server, Statements, Workers, export_revision, settings_text
+from .fixtures import populate, prepare_database
+
+MONEY_GOAL, READ_GOAL, TREE_GOAL, QUEUE_GOAL, POLICY_P99_US = 0.5, 1.0, 3.0, 1.0, 50.0
+LEDGER_WORKERS, WORKER_CONCURRENCY = 2, 4
+
+
+def machine() -> dict:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "model": model}
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _anchor(name: str, fn, errors: dict):
+    try:
+        return fn()
+    except peers.NotMeasured as exc:
+        errors[name] = str(exc)
+        log(f"{name}: not measured: {exc}")
+    except Exception as exc:  # noqa: BLE001 - an anchor failing must not lose the ledger's numbers
+        errors[name] = f"{type(exc).__name__}: {exc}"
+        log(f"{name}: failed: {exc}")
+        traceback.print_exc()
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run")
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds of each throughput run")
+    parser.add_argument("--smoke", action="store_true", help="about a second per ledger workload, no anchors")
+    parser.add_argument("--peers", choices=("all", "pgbench", "none"), default="all")
+    parser.add_argument("--loadgen", choices=("auto", "wrk", "python"), default="auto")
+    parser.add_argument("--queue-jobs", type=int, default=1000)
+    parser.add_argument("--out", help="where results.json and results.md go (default: bench/; a temporary"
+                        " directory with --smoke)")
+    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--baseline", metavar="REV", help="also run the ledger rows on the code of git revision REV"
+                        " (before/after in one run, on the same cluster and anchors)")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.seconds, args.peers, args.queue_jobs, args.no_readme = 1.0, "none", 20, True
+    warmup = 0.0 if args.smoke else 2.0
+    repeats = 1 if args.smoke else 5
+    tree_reads = 100 if args.smoke else 1000
+    loadgen_used = args.loadgen if args.loadgen != "auto" else ("wrk" if loadgen.wrk_available() else "python")
+
+    workdir = Path(tempfile.mkdtemp(prefix="ledger-bench-"))
+    results: dict = {"date": datetime.date.today().isoformat(), "machine": machine(), "loadgen": loadgen_used,
+                     "seconds": args.seconds, "smoke": args.smoke, "rows": {}}
+    errors: dict[str, str] = {}
+    variants: list[tuple[str, Path | None]] = [("current", None)]
+    if args.baseline:
+        base = export_revision(args.baseline, workdir / "baseline")
+        variants.insert(0, (f"baseline {args.baseline}", base))
+    log(f"logs in {workdir}; starting a throwaway PostgreSQL cluster (default durability)")
+    cluster = Cluster()
+    running: list = []
+    try:
+        results["postgres"] = settings_text(cluster)
+        ledger_url = cluster.create_database("ledger")
+        tenant_id, client_id, token, secret = prepare_database(ledger_url)
+        stats = Statements(cluster, "ledger")
+        server = Server(ledger_url, workdir, workers=1)
+        running.append(server)
+        fx = populate(ledger_url, server.url, tenant_id, client_id, token, secret,
+                      accounts=20 if args.smoke else 200)
+        server.stop()
+        running.remove(server)
+        if args.peers != "none":
+            log("pgbench -i")
+            _anchor("pgbench", lambda: peers.pgbench_init(cluster), errors)
+
+        measured: dict[str, dict] = {}
+        for name, code_root in variants:
+            log(f"[{name}] ledger serve --workers {LEDGER_WORKERS} --no-worker")
+            server = Server(ledger_url, workdir, workers=LEDGER_WORKERS, code_root=code_root)
+            running.append(server)
+            m: dict = {}
+            log(f"[{name}] money-moving call")
+            m["money"] = workloads.money(server, fx, args.seconds, stats, warmup=warmup, loadgen_kind=args.loadgen)
+            log(f"[{name}] read")
+            m["read"] = workloads.read(server, fx, args.seconds, stats, warmup=warmup, loadgen_kind=args.loadgen)
+            log(f"[{name}] call tree: one invokeAction making {tree_reads} graphql() reads")
+            m["call_tree"] = workloads.call_tree(server, fx, stats, reads=tree_reads, repeats=repeats)
+            m["rss"] = server.peak_rss()
+            server.stop()
+            running.remove(server)
+            log(f"[{name}] queue: {args.queue_jobs} no-op executions, {LEDGER_WORKERS} `ledger worker`"
+                f" x {WORKER_CONCURRENCY}")
+            workers = Workers(ledger_url, workdir, LEDGER_WORKERS, concurrency=WORKER_CONCURRENCY, code_root=code_root)
+            running.append(workers)
+            m["queue"] = workloads.queue(fx, workers, stats, jobs=args.queue_jobs)
+            workers.stop()
+            running.remove(workers)
+            measured[name] = m
+        current = measured["current"]
+        before = measured.get(variants[0][0]) if args.baseline else None
+
+        # -- anchors
+        tpcb = select_only = pgl = gw = None
+        if args.peers != "none" and "pgbench" not in errors:
+            log("pgbench tpcb-like -c 2 -j 2")
+            tpcb = _anchor("pgbench", lambda: peers.pgbench(cluster, ["-c", "2", "-j", "2"], args.seconds), errors)
+        if args.peers != "none" and "pgbench" not in errors:
+            log("pgbench -S -c 4 -j 2")
+            select_only = _anchor("pgbench", lambda: peers.pgbench(cluster, ["-S", "-c", "4", "-j", "2"],
+                                                                   args.seconds), errors)
+        if args.peers == "all":
+            log("PostGraphile 4: the same read")
+
+            def run_postgraphile():
+                postgraphile = peers.PostGraphile(cluster, "ledger", secret, workdir)
+                running.append(postgraphile)
+                check = postgraphile.read(token, tenant_id, fx.accounts[0])
+                if not (check.get("data") or {}).get("accountByTenantIdAndId"):
+                    raise RuntimeError(f"PostGraphile did not read the account: {check}")
+                from ledger.auth.tokens import TokenService
+
+                stranger, _ = TokenService(secret).mint(peers.uuid.uuid4(), client_id)
+                if postgraphile.read(stranger, tenant_id, fx.accounts[0])["data"]["accountByTenantIdAndId"]:
+                    raise RuntimeError("PostGraphile read another tenant's account: RLS does not apply")
+                spec = {"url": postgraphile.url, "token": token, "kind": "static",
+                        "body": postgraphile.body(tenant_id, fx.accounts[0])}
+                loadgen.run(spec, 4, warmup or 1, loadgen=args.loadgen)
+                stats.reset()
+                out = loadgen.run(spec, 4, args.seconds, loadgen=args.loadgen)
+                out["statements_per_call"] = round(stats.count(peers.POSTGRAPHILE_ROLE) / out["requests"], 1)
+                postgraphile.stop()
+                running.remove(postgraphile)
+                return out
+
+            pgl = _anchor("postgraphile", run_postgraphile, errors)
+            log(f"graphile-worker 0.17.3: {args.queue_jobs} no-op jobs, {LEDGER_WORKERS} processes"
+                f" x concurrency {WORKER_CONCURRENCY}")
+
+            def run_graphile():
+                cluster.create_database("graphile")
+                graphile = peers.GraphileWorker(cluster, "graphile", workdir, LEDGER_WORKERS, WORKER_CONCURRENCY)
+                running.append(graphile)
+                gstats = Statements(cluster, "graphile")
+                out = graphile.run_jobs(args.queue_jobs, gstats)
+                out["statements_per_job"] = round(gstats.count(peers.GRAPHILE_WORKER_ROLE) / args.queue_jobs, 1)
+                graphile.stop()
+                running.remove(graphile)
+                return out
+
+            gw = _anchor("graphile-worker", run_graphile, errors)
+
+        log("policy: chain decisions with CEL assertions, cached")
+        pol = workloads.policy(2_000 if args.smoke else 20_000)
+        results["rows"] = build_rows(current, before, tpcb, select_only, pgl, gw, pol, errors, tree_reads,
+                                     fx, repeats)
+        results["rss"] = current["rss"]
+        if before is not None:
+            results["baseline"] = {"revision": args.baseline, "measured": before}
+    finally:
+        for thing in running:
+            try:
+                thing.stop()
+            except Exception:  # noqa: BLE001
+                pass
+        cluster.stop()
+    results["errors"] = errors
+    out = Path(args.out) if args.out else (workdir if args.smoke else ROOT / "bench")
+    report.write(results, out,
+                 None if args.no_readme else ROOT / "README.md")
+    print()
+    print(report.markdown(results))
+    log(f"results in {out}")
+    return 0
+
+
+def build_rows(current: dict, before: dict | None, tpcb, select_only, pgl, gw, pol, errors, tree_reads, fx,
+               repeats) -> dict:
+    rows = {}
+    money = current["money"]
+    rows["money"] = _row(
+        "money-moving call (invokeAction → graphql() transfer)", money,
+        f"{money['calls_per_s']:,.0f} calls/s, p50 {money['p50_ms']:.1f} ms, p99 {money['p99_ms']:.1f} ms",
+        tpcb, (f"pgbench tpcb-like -c 2 -j 2: {tpcb['tps']:,.0f} TPS, p50 {tpcb['p50_ms']:.1f} ms,"
+               f" p99 {tpcb['p99_ms']:.1f} ms") if tpcb else None,
+        money["calls_per_s"] / tpcb["tps"] if tpcb else None, MONEY_GOAL, ">= 0.5x pgbench TPS",
+        errors.get("pgbench"), anchor_statements=7 if tpcb else None)
+    read = current["read"]
+    row = _row("read (`account(id) { balance }`)", read,
+               f"{read['rps']:,.0f} req/s, p50 {read['p50_ms']:.2f} ms, p99 {read['p99_ms']:.2f} ms",
+               pgl, (f"PostGraphile 4 (1 Node process, RLS): {pgl['rps']:,.0f} req/s, p50 {pgl['p50_ms']:.2f} ms,"
+                     f" p99 {pgl['p99_ms']:.2f} ms") if pgl else None,
+               read["rps"] / pgl["rps"] if pgl else None, READ_GOAL, ">= 1.0x PostGraphile",
+               errors.get("postgraphile"), anchor_statements=pgl["statements_per_call"] if pgl else None)
+    if select_only:
+        row["pgbench_S"] = select_only
+        row["pgbench_S_text"] = f"`pgbench -S -c 4 -j 2`: {select_only['tps']:,.0f} TPS, p50 {select_only['p50_ms']:.2f} ms"
+        row["pgbench_S_ratio"] = round(read["rps"] / select_only["tps"], 3)
+    rows["read"] = row
+    tree = current["call_tree"]
+    floor = workloads.call_tree_floor(fx, reads=tree_reads, repeats=repeats)
+    ratio = tree["median_ms"] / floor["median_ms"] if floor["median_ms"] else None
+    rows["call_tree"] = {
+        "title": f"call tree ({tree_reads:,} graphql() reads in one call)", "ledger": tree, "anchor": floor,
+        "ledger_text": f"{tree['median_ms']:,.0f} ms ({tree['per_read_us']:,.0f} µs per read)",
+        "anchor_text": f"{tree_reads:,} PK SELECTs, psycopg, one connection: {floor['median_ms']:,.0f} ms",
+        "ratio": round(ratio, 3) if ratio else None, "met": ratio is not None and ratio <= TREE_GOAL,
+        "goal": "<= 3x the floor", "anchor_statements": tree_reads}
+    q = current["queue"]
+    rows["queue"] = _row(
+        "queue (no-op executions, enqueue commit → SUCCEEDED)", q,
+        f"{q['jobs_per_s']:,.0f} executions/s ({q['jobs']:,} in {q['seconds']:.2f} s; p50 {q['p50_ms']:,.0f} ms,"
+        f" p99 {q['p99_ms']:,.0f} ms after the commit)",
+        gw, (f"graphile-worker 0.17.3, 2 processes × concurrency 4: {gw['jobs_per_s']:,.0f} jobs/s"
+             f" ({gw['jobs']:,} in {gw['seconds']:.2f} s)") if gw else None,
+        q["jobs_per_s"] / gw["jobs_per_s"] if gw else None, QUEUE_GOAL, ">= 1.0x graphile-worker",
+        errors.get("graphile-worker"), anchor_statements=gw["statements_per_job"] if gw else None)
+    met = pol["p99_us"] < POLICY_P99_US
+    rows["policy"] = {
+        "title": "policy (chain decision, CEL assertions in 2 layers, cached)", "ledger": pol,
+        "ledger_text": f"{pol['decisions_per_s']:,} decisions/s, p50 {pol['p50_us']:.1f} µs, p99 {pol['p99_us']:.1f} µs",
+        "anchor_text": "— (" + ("met" if met else "**not met**") + ")", "ratio": None, "met": met,
+        "goal": "p99 < 50 µs"}
+    if before is not None:
+        for key, metric in (("money", "calls_per_s"), ("read", "rps"), ("call_tree", "median_ms"),
+                            ("queue", "jobs_per_s")):
+            rows[key]["before"] = before[key]
+            rows[key]["before_text"] = f"{before[key][metric]:,.1f}"
+            anchor = rows[key].get("anchor") or {}
+            base = anchor.get("tps") or anchor.get("rps") or anchor.get("jobs_per_s") or anchor.get("median_ms")
+            if base:
+                rows[key]["before_ratio"] = round(before[key][metric] / base, 3)
+    return rows
+
+
+def _row(title: str, ledger: dict, ledger_text: str, anchor: dict | None, anchor_text: str | None,
+         ratio: float | None, goal_value: float, goal: str, anchor_error: str | None, *,
+         anchor_statements=None) -> dict:
+    return {"title": title, "ledger": ledger, "anchor": anchor, "ledger_text": ledger_text,
+            "anchor_text": anchor_text or f"not measured ({anchor_error or 'skipped'})",
+            "ratio": round(ratio, 3) if ratio is not None else None,
+            "met": ratio is not None and ratio >= goal_value, "goal": goal, "anchor_error": anchor_error,
+            "anchor_statements": anchor_statements}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

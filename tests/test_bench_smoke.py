@@ -1,0 +1,31 @@
+"""A quick run of the `make bench` harness (about a second per ledger workload, no anchors), so that the
+suite's code cannot rot unnoticed. Benchmarks themselves are not timed tests: nothing here checks speed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_harness_runs_every_ledger_workload(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "bench.run", "--smoke", "--loadgen", "python", "--out",
+                             str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    rows = results["rows"]
+    assert set(rows) == {"money", "read", "call_tree", "queue", "policy"}
+    assert rows["money"]["ledger"]["transfers"] > 0
+    assert rows["money"]["ledger"]["statements_per_call"] > 0
+    assert rows["read"]["ledger"]["requests"] > 0 and rows["read"]["ledger"]["errors"] == 0
+    assert rows["call_tree"]["ledger"]["statements_per_tree"] > 0 and rows["call_tree"]["ratio"] > 0
+    assert rows["queue"]["ledger"]["failed"] == 0 and rows["queue"]["ledger"]["jobs_per_s"] > 0
+    assert rows["policy"]["ledger"]["p99_us"] > 0
+    assert results["rss"]["server_mib"] > 0
+    # Without the anchors, their rows say so instead of a ratio.
+    assert "not measured" in rows["read"]["anchor_text"]
+    table = (tmp_path / "results.md").read_text()
+    assert "| call tree" in table and "policy" in table
