@@ -423,15 +423,20 @@ class Mutation:
 
 
 def build_schema() -> strawberry.Schema:
-    from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, ParserCache, QueryDepthLimiter, ValidationCache
+    from strawberry.extensions import (AddValidationRules, MaxAliasesLimiter, MaxTokensLimiter, ParserCache,
+                                       QueryDepthLimiter, ValidationCache)
 
+    # The depth and alias limits are validation rules. Each QueryDepthLimiter/MaxAliasesLimiter makes a
+    # new rule class, and ValidationCache is keyed by the rules: made once here, every request passes the
+    # same rules, so a document seen before is not validated again (validation was half of a read's CPU).
+    limits = [*QueryDepthLimiter(max_depth=15).validation_rules,
+              *MaxAliasesLimiter(max_alias_count=200).validation_rules]
     return strawberry.Schema(
         query=Query,
         mutation=Mutation,
         extensions=[
             lambda: MaxTokensLimiter(max_token_count=20_000),
-            lambda: QueryDepthLimiter(max_depth=15),
-            lambda: MaxAliasesLimiter(max_alias_count=200),
+            lambda: AddValidationRules(limits),
             lambda: ParserCache(maxsize=1024),
             lambda: ValidationCache(maxsize=1024),
         ],
