@@ -216,7 +216,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             print(f"GraphQL: http://{settings.host}:{settings.port}/graphql", flush=True)
         uvicorn.run("ledger.api.app:create_app", factory=True, host=settings.host, port=settings.port,
                     workers=args.workers if args.workers > 1 else None, log_level=args.log_level,
-                    access_log=False, timeout_graceful_shutdown=10, log_config=logging_config(args.log_level))
+                    access_log=False, timeout_graceful_shutdown=10, log_config=logging_config(args.log_level),
+                    http="ledger.api.nodelay:NoDelayH11Protocol")
     finally:
         attached.close()
         if metrics_dir is not None:
