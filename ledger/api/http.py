@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import re
 import random
 import time
@@ -64,13 +65,48 @@ def _load_json(body: bytes) -> Any:
         except orjson.JSONDecodeError:
             pass  # the standard library reads a UTF-8 BOM or UTF-16, or says what is wrong
     try:
-        return json.loads(body, parse_constant=_not_json)
+        value = json.loads(body, parse_constant=_not_json, parse_float=_finite_float)
     except RecursionError:  # nesting deeper than the stack
         raise ValueError("the JSON is nested too deeply") from None
+    if _holds_lone_surrogate(value):
+        # `"\ud800"` (or its bytes, read with surrogatepass) parses to a string that is not Unicode text:
+        # it could be neither stored (PostgreSQL refuses it) nor written back as UTF-8. orjson refuses it.
+        raise ValueError("a string holds a lone surrogate (an unpaired \\uD800-\\uDFFF escape), which is not a "
+                         "Unicode character")
+    return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _holds_lone_surrogate(value: Any) -> bool:
+    """Whether a parsed JSON value holds a surrogate code point (a pair parses to one character, so any
+    left is unpaired), in a string or in a key."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number with a fraction or exponent, which must fit a double (1e999 would be infinity, which
+    JSON cannot write back: orjson refuses it too)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is too large for a 64-bit float")
+    return value
 
 
 def _json(payload: Any, status: int = 200) -> Response:
@@ -78,7 +114,11 @@ def _json(payload: Any, status: int = 200) -> Response:
         content = orjson.dumps(payload, option=orjson.OPT_PASSTHROUGH_DATACLASS, default=str)
     except orjson.JSONEncodeError:
         # An integer beyond 64 bits (an input stored as received): the standard library writes it exactly.
-        content = json.dumps(payload, default=str, ensure_ascii=False, separators=(",", ":")).encode()
+        text = json.dumps(payload, default=str, ensure_ascii=False, separators=(",", ":"))
+        try:
+            content = text.encode()
+        except UnicodeEncodeError:  # a lone surrogate has no UTF-8: write it as a JSON escape
+            content = json.dumps(payload, default=str, separators=(",", ":")).encode()
     return Response(content, status_code=status, media_type="application/json")
 
 
@@ -91,7 +131,7 @@ def error_payload(message: str, code: str, hint: str | None = None, **extra: Any
 
 
 def format_error(error: GraphQLError) -> dict:
-    original = error.original_error
+    original = _translated(error.original_error)
     out: dict[str, Any] = {"message": error.message}
     if error.locations:
         out["locations"] = [{"line": loc.line, "column": loc.column} for loc in error.locations]
@@ -110,6 +150,19 @@ def format_error(error: GraphQLError) -> dict:
         out["extensions"] = {"code": "internal_error",
                              "hint": "this is a bug in the ledger; the request changed nothing"}
     return out
+
+
+def _translated(original: Any) -> Any:
+    """A database error the caller can act on (a NUL it sent) as its LedgerError; anything else as is."""
+    import psycopg
+
+    if isinstance(original, psycopg.Error):
+        from ..db.pool import as_ledger_error
+
+        translated = as_ledger_error(original)
+        if isinstance(translated, LedgerError):
+            return translated
+    return original
 
 
 def _is_document_error(error: GraphQLError) -> bool:

@@ -19,7 +19,7 @@ from psycopg import errors as pgerrors
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout, TooManyRequests
 
-from ..errors import LedgerError, Retryable
+from ..errors import InvalidInput, LedgerError, Retryable
 
 APP_ROLE = "ledger_app"
 
@@ -27,6 +27,7 @@ APP_ROLE = "ledger_app"
 _RACE_STATES = {"40001", "40P01"}
 _DEADLINE_STATES = {"57014"}  # query_canceled (statement_timeout)
 _CONNECTION_STATES_PREFIX = ("08", "57P")  # connection exceptions, admin/crash shutdown
+_UNSTORABLE_STATES = {"22P05", "22021"}  # untranslatable_character, character_not_in_repertoire
 
 
 class _DeadlineCursor(psycopg.Cursor):
@@ -229,6 +230,10 @@ def translate_db_errors() -> Iterator[None]:
 
 def as_ledger_error(exc: psycopg.Error) -> Exception:
     state = getattr(exc, "sqlstate", None) or ""
+    if state in _UNSTORABLE_STATES or (isinstance(exc, psycopg.DataError) and "NUL (0x00)" in str(exc)):
+        # psycopg refuses a NUL in a text parameter; PostgreSQL refuses `\u0000` in jsonb.
+        return InvalidInput("a string holds a character the database cannot store: NUL (\\u0000)",
+                            hint="remove the NUL characters from the strings sent")
     if state in _RACE_STATES:
         retry = Retryable(
             "the transaction conflicted with a concurrent one and was rolled back",

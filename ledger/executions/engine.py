@@ -296,7 +296,7 @@ def execute_graphql(scope: Scope, document: str, variables: dict | None, operati
     from ..api.context import RequestContext
     from ..api.http import error_payload, format_error
     from ..api.schema import schema
-    from ..db.pool import transient_failure
+    from ..db.pool import as_ledger_error, transient_failure
 
     def document_error(message: str):
         return None, [error_payload(message, "graphql_validation_failed",
@@ -321,7 +321,8 @@ def execute_graphql(scope: Scope, document: str, variables: dict | None, operati
         retry = transient_failure(e.original_error)
         if retry is not None:
             raise retry
-        if isinstance(e.original_error, psycopg.Error):
+        if isinstance(e.original_error, psycopg.Error) and not isinstance(as_ledger_error(e.original_error),
+                                                                          LedgerError):
             raise e.original_error
     return result.data, [format_error(e) for e in result.errors]
 

@@ -149,6 +149,13 @@ class PendingExecution:
         }
 
 
+def record_json(value: Any) -> Jsonb:
+    """A value of an execution record: always storable (a NUL character is recorded as U+FFFD)."""
+    from .values import storable_json
+
+    return Jsonb(value, dumps=storable_json)
+
+
 def flush(scope: Scope, pending: list[PendingExecution]) -> datetime.datetime:
     """Write buffered executions and their invocations; returns their created_at.
 
@@ -163,16 +170,16 @@ def flush(scope: Scope, pending: list[PendingExecution]) -> datetime.datetime:
             " root_execution_id, call_sequence, depth, attempts, client_id, event, input, session_id)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             [(scope.tenant_id, p.execution_id, p.action_id, p.action_version, p.status, p.parent_execution_id,
-              p.root_execution_id, p.call_sequence, p.depth, p.attempt, p.client_id, Jsonb(p.event), Jsonb(p.input),
-              p.session_id) for p in pending],
+              p.root_execution_id, p.call_sequence, p.depth, p.attempt, p.client_id, record_json(p.event),
+              record_json(p.input), p.session_id) for p in pending],
         )
         cur.executemany(
             "INSERT INTO invocations (tenant_id, execution_id, attempt, input, output, error, tools, logs,"
             " started_at, finished_at, duration_ms, output_bytes)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            [(scope.tenant_id, p.execution_id, p.attempt, Jsonb(p.input), Jsonb(p.output),
-              Jsonb(p.error) if p.error else None, Jsonb(p.tools), Jsonb(p.logs), p.started_at, p.finished_at,
-              p.duration_ms, p.result_bytes()) for p in pending],
+            [(scope.tenant_id, p.execution_id, p.attempt, record_json(p.input), record_json(p.output),
+              record_json(p.error) if p.error else None, record_json(p.tools), record_json(p.logs), p.started_at,
+              p.finished_at, p.duration_ms, p.result_bytes()) for p in pending],
         )
     from ..metrics import calls_finished
 

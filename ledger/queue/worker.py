@@ -208,6 +208,7 @@ class Worker:
             with self._lock:
                 self._running.pop(job.lease_token, None)
             job.done.set()
+            self._wake.set()  # a slot is free: claim the next execution now, not at the next poll
 
 
 _EXECUTION_COLUMNS = ("tenant_id, id, action_id, action_version, status, attempts, client_id, client_claims, input,"
@@ -341,8 +342,7 @@ def _scope_for(services: Any, conn: psycopg.Connection, execution: dict, deadlin
 
 def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, attempt: int, record: dict | None,
             pending: Any, started_at: datetime.datetime, error: dict | None = None) -> str:
-    from psycopg.types.json import Jsonb
-
+    from ..executions.records import record_json
     from ..metrics import call_finished, json_size
 
     _fence(conn, job)
@@ -357,9 +357,9 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
     conn.execute(
         "INSERT INTO invocations (tenant_id, execution_id, attempt, input, output, error, tools, logs, started_at,"
         " finished_at, duration_ms, output_bytes) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (job.tenant_id, job.execution_id, attempt, Jsonb(execution["input"]), Jsonb(output),
-         Jsonb(error) if error else None, Jsonb(tools), Jsonb(logs), started_at, finished_at, duration_ms,
-         output_bytes),
+        (job.tenant_id, job.execution_id, attempt, record_json(execution["input"]), record_json(output),
+         record_json(error) if error else None, record_json(tools), record_json(logs), started_at, finished_at,
+         duration_ms, output_bytes),
     )
     settings = (record or {}).get("execution") or {}
     max_attempts = int(settings.get("maxAttempts") or 3)
