@@ -73,6 +73,10 @@ class TokenService:
             raise Unauthenticated(f"the token is not valid: {exc}",
                                   hint="send `Authorization: Bearer <token>` with a token this server issued") from exc
         exp = claims.get("exp")
+        if exp is not None and (isinstance(exp, bool) or not isinstance(exp, (int, float))):
+            # PyJWT takes a string of digits ("99999999999") as an exp; a NumericDate is a JSON number.
+            raise Unauthenticated("the token's exp is not a number",
+                                  hint="send `Authorization: Bearer <token>` with a token this server issued")
         # PyJWT accepts a token at exactly its exp second; expiry has no leeway here.
         if exp is not None and time.time() >= exp:
             raise Unauthenticated("the token has expired", hint="mint a new token with `ledger token` or issueToken")
