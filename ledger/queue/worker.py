@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import random
 import socket
 import threading
 import time
@@ -28,6 +29,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from ..actions.registry import load_action
 from ..auth.clients import client_layer
 from ..auth.principal import Principal
+from ..errors import Retryable
 from ..logs import bind_call, unbind_call, update_call
 from ..policy.chain import Chain
 from ..scope import Scope
@@ -266,33 +268,41 @@ def run_attempt(services: Any, job: Job) -> str:
     if cancel_first:
         return _finish_cancelled(services, job, execution, deadline)
 
-    # 2. The attempt itself, in its own transaction, committed only while the lease holds.
-    started_at = datetime.datetime.now(datetime.timezone.utc)
-    try:
-        with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
-            denial = _authority_problem(conn, execution)
-            record = load_action_for(services, conn, execution)
-            update_call(action=record["name"] if record else None)
-            if denial is not None or record is None:
-                code, message, hint = denial or ("action_failure", "the action version no longer exists", None)
-                return _finish(conn, services, job, execution, attempt, record, None, started_at,
-                               error={"code": code, "message": message, "hint": hint})
-            scope = _scope_for(services, conn, execution, deadline)
-            tree = CallTree(scope)
-            try:
-                pending = run_call(scope, tree, record, execution["input"], execution_id=job.execution_id,
-                                   parent_execution_id=None, root_execution_id=job.execution_id,
-                                   call_sequence=None, depth=0, deadline=deadline, event_type="action.started",
-                                   attempt=attempt)
-            finally:
-                tree.close()
-            observe_tree(len(tree.pending))
-            if job.cancel or _cancel_requested_now(services, job):
-                raise Cancelled()
-            flush(scope, tree.pending[1:])
-            return _finish(conn, services, job, execution, attempt, record, pending, started_at)
-    except Cancelled:
-        return _finish_cancelled(services, job, execution, deadline, started_at)
+    # 2. The attempt itself, in its own transaction, committed only while the lease holds. A transaction
+    #    that lost a race (a concurrent transfer on the same account) is run again at once, as the server
+    #    does with a request, instead of waiting for the lease to lapse.
+    for race in range(services.settings.race_retries + 1):
+        started_at = datetime.datetime.now(datetime.timezone.utc)
+        try:
+            with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
+                denial = _authority_problem(conn, execution)
+                record = load_action_for(services, conn, execution)
+                update_call(action=record["name"] if record else None)
+                if denial is not None or record is None:
+                    code, message, hint = denial or ("action_failure", "the action version no longer exists", None)
+                    return _finish(conn, services, job, execution, attempt, record, None, started_at,
+                                   error={"code": code, "message": message, "hint": hint})
+                scope = _scope_for(services, conn, execution, deadline)
+                tree = CallTree(scope)
+                try:
+                    pending = run_call(scope, tree, record, execution["input"], execution_id=job.execution_id,
+                                       parent_execution_id=None, root_execution_id=job.execution_id,
+                                       call_sequence=None, depth=0, deadline=deadline, event_type="action.started",
+                                       attempt=attempt)
+                finally:
+                    tree.close()
+                observe_tree(len(tree.pending))
+                if job.cancel or _cancel_requested_now(services, job):
+                    raise Cancelled()
+                flush(scope, tree.pending[1:])
+                return _finish(conn, services, job, execution, attempt, record, pending, started_at)
+        except Cancelled:
+            return _finish_cancelled(services, job, execution, deadline, started_at)
+        except Retryable as exc:
+            if not exc.race or race == services.settings.race_retries or time.monotonic() >= deadline or job.lost:
+                raise
+            time.sleep(random.uniform(0.001, min(0.2, 0.005 * 2**race)))
+    raise AssertionError("unreachable")
 
 
 def _drop_lease(services: Any, job: Job) -> None:
