@@ -24,10 +24,10 @@ TRANSFER_SRC = '''DOC = """mutation($id: UUID!, $f: UUID!, $t: UUID!, $a: Int64!
 
 def run(event):
     d = event["data"]
-    return graphql(DOC, variables={"id": d["id"], "f": d["from"], "t": d["to"], "a": d["amount"]})["financial"]["createTransfer"]
+    return graphql(DOC, variables={"id": d["id"], "f": d["source"], "t": d["target"], "a": d["amount"]})["financial"]["createTransfer"]
 '''
-TRANSFER_SCHEMA = {"type": "object", "required": ["id", "from", "to", "amount"],
-                   "properties": {"id": {"type": "string"}, "from": {"type": "string"}, "to": {"type": "string"},
+TRANSFER_SCHEMA = {"type": "object", "required": ["id", "source", "target", "amount"],
+                   "properties": {"id": {"type": "string"}, "source": {"type": "string"}, "target": {"type": "string"},
                                   "amount": {"type": "integer"}}}
 
 

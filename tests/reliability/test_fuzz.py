@@ -38,8 +38,8 @@ def test_fuzzed_invoke_action_never_500s_fails_with_a_code_and_an_error_writes_n
     typed = publish(api, tool("typed", 'def run(event):\n    return event["data"]["n"] * 2\n', schema=TYPED,
                               output_schema={"type": "integer"}))
     # A tool that writes: its input decides the transfer (id, amount), so a bad one must write nothing.
-    mover = publish(api, tool("mover", ops.TRANSFER_SRC.replace('d["from"]', f'"{opening}"')
-                              .replace('d["to"]', f'"{funded}"'), schema={"type": "object"}))
+    mover = publish(api, tool("mover", ops.TRANSFER_SRC.replace('d["source"]', f'"{opening}"')
+                              .replace('d["target"]', f'"{funded}"'), schema={"type": "object"}))
     seen = fuzz.fuzz_invoke_action(target, [echo, typed, mover], EXAMPLES)
     print(f"\ninvokeAction fuzz: {seen}")
     target.money_adds_up()

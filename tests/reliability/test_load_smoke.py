@@ -1,0 +1,33 @@
+"""A 5-second version of the soak load (tests/soak/test_soak_load.py runs it for 60 s): mixed traffic from
+8 connections against 2 server processes and 2 workers, then the ledger's invariants (reliability/load.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ledger.db.cluster import PostgresNotFound, find_pg_bin
+from reliability.deployment import Deployment
+from reliability.load import run_load
+
+
+@pytest.fixture(scope="module")
+def deployment():
+    try:
+        find_pg_bin()
+    except PostgresNotFound as exc:
+        pytest.skip(f"no PostgreSQL server binaries: {exc.message}")
+    deployed = Deployment(servers=2, workers=2)
+    try:
+        yield deployed
+    finally:
+        deployed.close()
+
+
+def test_five_seconds_of_mixed_traffic_keep_every_invariant(deployment):
+    report = run_load(deployment, seconds=5)
+    print("\nload smoke:", json.dumps(report, indent=1))
+    assert report["requests"] > 50
+    assert report["outcomes"].get("call SUCCEEDED", 0) > 0
+    assert report["started_executions"].get("SUCCEEDED", 0) > 0
