@@ -439,15 +439,16 @@ class ToolHost:
     def cel(self, expression: str, variables: dict | None, check: bool) -> Any:
         sequence, child_id = self._next_child()
         child = self._native_child("cel", {"expression": expression, "vars": variables}, sequence, child_id)
-        child.finished_at = _now()
         try:
             value = evaluate_expression(expression, variables or {})
         except CelError as exc:
+            child.finished_at = _now()
             child.status = "FAILED"
             child.error = {"code": "cel_error", "message": exc.message, "hint": exc.hint}
             if check:
                 raise CallFailure("cel_error", exc.message, exc.hint) from None
             return {"status": "FAILED", "error": child.error, "executionId": str(child_id)}
+        child.finished_at = _now()
         child.status = "SUCCEEDED"
         child.output = {"value": value}
         if check:
