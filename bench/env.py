@@ -174,11 +174,38 @@ class Process:
         self._logfile.close()
 
 
-def ledger_env(database_url: str, code_root: Path | None = None, **extra: str) -> dict:
+HOOKS = ROOT / "bench" / "hooks"
+
+
+class RoundTrips:
+    """Database round trips of the processes under test, counted by bench/hooks/sitecustomize.py."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir / "roundtrips"
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def total(self) -> int:
+        time.sleep(0.3)  # each process writes its count every 0.1 s
+        total = 0
+        for path in self.dir.iterdir():
+            if not path.name.endswith(".tmp"):
+                try:
+                    total += int(path.read_text() or 0)
+                except (OSError, ValueError):
+                    pass
+        return total
+
+
+def ledger_env(database_url: str, code_root: Path | None = None, roundtrips: RoundTrips | None = None,
+               **extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
     env["LEDGER_DATABASE_URL"] = database_url
-    if code_root is not None:
-        env["PYTHONPATH"] = str(code_root)  # ahead of the editable install's finder
+    paths = [str(code_root)] if code_root is not None else []  # ahead of the editable install's finder
+    if roundtrips is not None:
+        paths.append(str(HOOKS))
+        env["LEDGER_BENCH_ROUNDTRIPS"] = str(roundtrips.dir)
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
     env.update(extra)
     return env
 
@@ -186,12 +213,13 @@ def ledger_env(database_url: str, code_root: Path | None = None, **extra: str) -
 class Server:
     """`ledger serve --workers N --no-worker` against the bench database."""
 
-    def __init__(self, database_url: str, workdir: Path, workers: int = 2, code_root: Path | None = None) -> None:
+    def __init__(self, database_url: str, workdir: Path, workers: int = 2, code_root: Path | None = None,
+                 roundtrips: RoundTrips | None = None) -> None:
         self.port = free_port()
         self.process = Process(
             [*ledger_command(code_root), "serve", "--workers", str(workers), "--no-worker", "--port", str(self.port),
              "--log-level", "warning"],
-            ledger_env(database_url, code_root), workdir / f"serve-{self.port}.log", cwd=code_root or ROOT)
+            ledger_env(database_url, code_root, roundtrips), workdir / f"serve-{self.port}.log", cwd=code_root or ROOT)
         self.workers = workers
         self._wait_ready()
 
@@ -244,10 +272,11 @@ class Workers:
     """`ledger worker` processes."""
 
     def __init__(self, database_url: str, workdir: Path, count: int, concurrency: int | None = None,
-                 code_root: Path | None = None) -> None:
+                 code_root: Path | None = None, roundtrips: RoundTrips | None = None) -> None:
         args = ["--concurrency", str(concurrency)] if concurrency else []
         tag = "base-" if code_root else ""
-        self.processes = [Process([*ledger_command(code_root), "worker", *args], ledger_env(database_url, code_root),
+        self.processes = [Process([*ledger_command(code_root), "worker", *args],
+                                  ledger_env(database_url, code_root, roundtrips),
                                   workdir / f"worker-{tag}{i}.log", cwd=code_root or ROOT) for i in range(count)]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -63,13 +63,16 @@ def details(results: dict) -> str:
                        ("queue", "queued execution")):
         row = rows.get(key) or {}
         ledger = row.get("ledger") or {}
+        trips = ledger.get("roundtrips_per_call") or ledger.get("roundtrips_per_tree") or ledger.get("roundtrips_per_job")
         value = ledger.get("statements_per_call") or ledger.get("statements_per_tree") or ledger.get("statements_per_job")
         anchor = row.get("anchor_statements")
         if value is not None:
-            rt.append(f"{label} {value}" + (f" (anchor {anchor})" if anchor is not None else ""))
+            rt.append(f"{label} {_f(trips)} round trips / {_f(value)} statements"
+                      + (f" (anchor: {_f(anchor)} statements)" if anchor is not None else ""))
     if rt:
-        out.append("- Database statements per call (pg_stat_statements, BEGIN/COMMIT/SAVEPOINT included; the pool's"
-                   " connection check is an empty query it does not count): " + "; ".join(rt) + ".")
+        out.append("- Database work per call: round trips counted in the server processes (a hook on psycopg: a"
+                   " statement, or one pipeline of them; the pool's connection check included), and statements"
+                   " from pg_stat_statements (BEGIN, COMMIT and SAVEPOINTs included): " + "; ".join(rt) + ".")
     out.append(f"- Load generator: {results.get('loadgen')}; PostgreSQL {results['postgres'].get('server_version')}"
                f" with fsync={results['postgres'].get('fsync')},"
                f" synchronous_commit={results['postgres'].get('synchronous_commit')}.")

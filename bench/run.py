@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 
 from . import loadgen, peers, report, workloads
-from .env import ROOT, Cluster, Server, Statements, Workers, export_revision, settings_text
+from .env import ROOT, Cluster, RoundTrips, Server, Statements, Workers, export_revision, settings_text
 from .fixtures import populate, prepare_database
 
 MONEY_GOAL, READ_GOAL, TREE_GOAL, QUEUE_GOAL, POLICY_P99_US = 0.5, 1.0, 3.0, 1.0, 50.0
@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         ledger_url = cluster.create_database("ledger")
         tenant_id, client_id, token, secret = prepare_database(ledger_url)
         stats = Statements(cluster, "ledger")
+        rt = RoundTrips(workdir)
         server = Server(ledger_url, workdir, workers=1)
         running.append(server)
         fx = populate(ledger_url, server.url, tenant_id, client_id, token, secret,
@@ -105,23 +106,24 @@ def main(argv: list[str] | None = None) -> int:
         measured: dict[str, dict] = {}
         for name, code_root in variants:
             log(f"[{name}] ledger serve --workers {LEDGER_WORKERS} --no-worker")
-            server = Server(ledger_url, workdir, workers=LEDGER_WORKERS, code_root=code_root)
+            server = Server(ledger_url, workdir, workers=LEDGER_WORKERS, code_root=code_root, roundtrips=rt)
             running.append(server)
             m: dict = {}
             log(f"[{name}] money-moving call")
-            m["money"] = workloads.money(server, fx, args.seconds, stats, warmup=warmup, loadgen_kind=args.loadgen)
+            m["money"] = workloads.money(server, fx, args.seconds, stats, rt, warmup=warmup, loadgen_kind=args.loadgen)
             log(f"[{name}] read")
-            m["read"] = workloads.read(server, fx, args.seconds, stats, warmup=warmup, loadgen_kind=args.loadgen)
+            m["read"] = workloads.read(server, fx, args.seconds, stats, rt, warmup=warmup, loadgen_kind=args.loadgen)
             log(f"[{name}] call tree: one invokeAction making {tree_reads} graphql() reads")
-            m["call_tree"] = workloads.call_tree(server, fx, stats, reads=tree_reads, repeats=repeats)
+            m["call_tree"] = workloads.call_tree(server, fx, stats, rt, reads=tree_reads, repeats=repeats)
             m["rss"] = server.peak_rss()
             server.stop()
             running.remove(server)
             log(f"[{name}] queue: {args.queue_jobs} no-op executions, {LEDGER_WORKERS} `ledger worker`"
                 f" x {WORKER_CONCURRENCY}")
-            workers = Workers(ledger_url, workdir, LEDGER_WORKERS, concurrency=WORKER_CONCURRENCY, code_root=code_root)
+            workers = Workers(ledger_url, workdir, LEDGER_WORKERS, concurrency=WORKER_CONCURRENCY, code_root=code_root,
+                              roundtrips=rt)
             running.append(workers)
-            m["queue"] = workloads.queue(fx, workers, stats, jobs=args.queue_jobs)
+            m["queue"] = workloads.queue(fx, workers, stats, rt, jobs=args.queue_jobs)
             workers.stop()
             running.remove(workers)
             measured[name] = m
