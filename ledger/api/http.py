@@ -28,7 +28,7 @@ from strawberry.exceptions import MissingQueryError
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 
 from ..app_services import Services
-from ..auth.clients import client_layer, load_principal
+from ..auth.clients import client_layer, load_principal, principal_query
 from ..errors import LedgerError, Retryable, Unauthenticated
 from ..policy.chain import Chain
 from ..scope import Scope
@@ -302,8 +302,11 @@ class GraphQLEndpoint:
     def _execute_once(self, claims, query, variables, operation_name, deadline, dry_run) -> tuple[dict, int]:
         services = self.services
         try:
-            with services.db.transaction(claims.tenant_id, deadline=deadline, rollback=dry_run) as conn:
-                principal, policies = load_principal(conn, claims.tenant_id, claims.client_id, claims.raw)
+            # The client's row is read in the same round trip as BEGIN and the tenant's set_config.
+            with services.db.transaction(claims.tenant_id, deadline=deadline, rollback=dry_run,
+                                         first=principal_query(claims.tenant_id, claims.client_id)) as conn:
+                principal, policies = load_principal(conn, claims.tenant_id, claims.client_id, claims.raw,
+                                                     row=conn.ledger_first)
                 chain = Chain((client_layer(principal, policies),))
                 scope = Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline)
                 if operation_name is None and _operation_count(query) > 1:

@@ -58,13 +58,22 @@ def client_layer(principal: Principal, policies: list[dict]) -> Layer:
     return Layer(name, statements)
 
 
+_PRINCIPAL = "SELECT name, enabled, policies FROM clients WHERE tenant_id = %s AND id = %s"
+_UNREAD = object()
+
+
+def principal_query(tenant_id: uuid.UUID, client_id: uuid.UUID) -> tuple[str, tuple]:
+    """The statement load_principal runs, for a caller that sends it ahead (Database.transaction's `first`)."""
+    return _PRINCIPAL, (tenant_id, client_id)
+
+
 def load_principal(conn: psycopg.Connection, tenant_id: uuid.UUID, client_id: uuid.UUID,
-                   claims: dict[str, Any]) -> tuple[Principal, list[dict]]:
-    """The enabled client a token names, read fresh for every request (no cache on direct requests)."""
-    row = conn.execute(
-        "SELECT name, enabled, policies FROM clients WHERE tenant_id = %s AND id = %s",
-        (tenant_id, client_id),
-    ).fetchone()
+                   claims: dict[str, Any], row: Any = _UNREAD) -> tuple[Principal, list[dict]]:
+    """The enabled client a token names, read fresh for every request (no cache on direct requests).
+
+    `row` is the result of `principal_query` when the caller has already run it."""
+    if row is _UNREAD:
+        row = conn.execute(_PRINCIPAL, (tenant_id, client_id)).fetchone()
     if row is None:
         raise Unauthenticated("the token names a client that does not exist",
                               hint="mint a token for an existing client")

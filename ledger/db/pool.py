@@ -176,20 +176,38 @@ class Database:
         *,
         deadline: float | None = None,
         rollback: bool = False,
+        first: tuple[str, object] | None = None,
     ) -> Iterator[psycopg.Connection]:
-        """One transaction, scoped to a tenant by RLS, bounded by an absolute monotonic deadline."""
+        """One transaction, scoped to a tenant by RLS, bounded by an absolute monotonic deadline.
+
+        BEGIN, the tenant's set_config and `first` (an optional (sql, params): the statement the caller
+        runs first, such as reading its client) go to the server together in one round trip (a pipeline);
+        the row `first` returns is `conn.ledger_first`.
+        """
         conn_cm, conn = self._connection(deadline)
         conn.ledger_deadline = deadline  # read by _DeadlineCursor before every statement
         try:
             with translate_db_errors():
-                with conn.transaction(force_rollback=rollback):
-                    timeout_ms = max(1, int(_remaining(deadline, cap=300.0) * 1000))
-                    conn.execute(
-                        "SELECT set_config('ledger.tenant_id', %s, true),"
-                        " set_config('statement_timeout', %s, true)",
-                        (str(tenant_id) if tenant_id else "", str(timeout_ms)),
-                    )
+                timeout_ms = max(1, int(_remaining(deadline, cap=300.0) * 1000))
+                block = conn.transaction(force_rollback=rollback)
+                entered = False
+                try:
+                    with conn.pipeline():
+                        block.__enter__()
+                        entered = True
+                        conn.execute(
+                            "SELECT set_config('ledger.tenant_id', %s, true),"
+                            " set_config('statement_timeout', %s, true)",
+                            (str(tenant_id) if tenant_id else "", str(timeout_ms)),
+                        )
+                        cursor = conn.execute(*first) if first is not None else None
+                    conn.ledger_first = cursor.fetchone() if cursor is not None else None
                     yield conn
+                except BaseException as exc:
+                    if entered:
+                        block.__exit__(type(exc), exc, exc.__traceback__)
+                    raise
+                block.__exit__(None, None, None)
         except BaseException as exc:
             conn.ledger_deadline = None
             conn_cm.__exit__(type(exc), exc, exc.__traceback__)
