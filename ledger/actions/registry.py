@@ -90,11 +90,19 @@ def load_action(scope: Scope, action_id: uuid.UUID, version: int | None = None) 
     native_name = natives.NATIVE_BY_ID.get(action_id)
     if native_name is not None:
         return natives.native_record(native_name) if version in (None, 1) else None
-    header = _header(scope, action_id)
-    if header is None:
+    # The header and the version in one statement (one round trip).
+    row = scope.one(
+        f"SELECT {_HEADER}, v.version AS v_version, v.definition AS v_definition, v.enabled AS v_enabled,"
+        " v.created_at AS v_created_at FROM actions a LEFT JOIN action_versions v"
+        " ON v.tenant_id = a.tenant_id AND v.action_id = a.id AND v.version = coalesce(%s, a.latest_version)"
+        " WHERE a.tenant_id = %s AND a.id = %s",
+        (version, scope.tenant_id, action_id),
+    )
+    if row is None or row["v_version"] is None:
         return None
-    row = _version_row(scope, action_id, version or header["latest_version"])
-    return _record(header, row) if row else None
+    version_row = {"version": row.pop("v_version"), "definition": row.pop("v_definition"),
+                   "enabled": row.pop("v_enabled"), "created_at": row.pop("v_created_at")}
+    return _record(row, version_row)
 
 
 def get_action(scope: Scope, action_id: uuid.UUID, version: int | None = None) -> dict | None:

@@ -25,9 +25,10 @@ class ExecutionIdConflict(LedgerError):
     code = "execution_id_conflict"
 
 
-def callable_record(scope: Scope, action_id: uuid.UUID, version: int | None) -> dict:
-    """The version to run, or `action_not_callable` saying why not."""
-    record = load_action(scope, action_id, version)
+def callable_record(scope: Scope, action_id: uuid.UUID, version: int | None, record: dict | None = None) -> dict:
+    """The version to run, or `action_not_callable` saying why not (`record`: it, already loaded)."""
+    if record is None:
+        record = load_action(scope, action_id, version)
     if record is None:
         latest = load_action(scope, action_id)
         if latest is None:
@@ -74,7 +75,7 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
     if record is not None:
         scope.require("SELECT", ACTION, as_document(record))
         scope.require("INVOKE", ACTION, as_document(record))
-    record = callable_record(scope, action_id, version)
+    record = callable_record(scope, action_id, version, record)
     session = None
     if session_id is not None and not record["tool"].get("session"):
         raise ActionNotCallable(f"{record['name']!r} has no sessions", hint="omit sessionId")
