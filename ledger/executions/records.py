@@ -161,10 +161,11 @@ def flush(scope: Scope, pending: list[PendingExecution]) -> datetime.datetime:
 
     Every finished call of a tree passes here once: its metrics and its log line are taken here too.
     """
-    now = scope.one("SELECT now() AS now")["now"]
     if not pending:
-        return now
-    with scope.conn.cursor() as cur:
+        return scope.one("SELECT now() AS now")["now"]
+    # now() and both inserts go to the server together: one round trip (a pipeline).
+    with scope.conn.pipeline(), scope.conn.cursor() as cur:
+        now_cursor = scope.conn.execute("SELECT now() AS now")
         cur.executemany(
             "INSERT INTO executions (tenant_id, id, action_id, action_version, status, parent_execution_id,"
             " root_execution_id, call_sequence, depth, attempts, client_id, event, input, session_id)"
@@ -181,6 +182,7 @@ def flush(scope: Scope, pending: list[PendingExecution]) -> datetime.datetime:
               record_json(p.error) if p.error else None, record_json(p.tools), record_json(p.logs), p.started_at,
               p.finished_at, p.duration_ms, p.result_bytes()) for p in pending],
         )
+    now = now_cursor.fetchone()["now"]
     from ..metrics import calls_finished
 
     calls_finished(scope.tenant_id, pending)
