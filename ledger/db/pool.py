@@ -189,7 +189,9 @@ class Database:
         try:
             with translate_db_errors():
                 timeout_ms = max(1, int(_remaining(deadline, cap=300.0) * 1000))
-                block = conn.transaction(force_rollback=rollback)
+                # The Transaction itself, not conn.transaction(): entered inside a pipeline, that context
+                # manager would keep the connection in pipeline mode until the transaction ends.
+                block = psycopg.Transaction(conn, force_rollback=rollback)
                 entered = False
                 try:
                     with conn.pipeline():
