@@ -8,6 +8,7 @@ The Starlark program runs in a sandbox executor leased for the whole tree; its h
 from __future__ import annotations
 
 import datetime
+import functools
 import keyword
 import re
 import time
@@ -327,6 +328,7 @@ def execute_graphql(scope: Scope, document: str, variables: dict | None, operati
     return result.data, [format_error(e) for e in result.errors]
 
 
+@functools.lru_cache(maxsize=1024)
 def _operation_count(document: str) -> int:
     from graphql import GraphQLError, OperationDefinitionNode, parse
 
