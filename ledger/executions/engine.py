@@ -7,6 +7,7 @@ The Starlark program runs in a sandbox executor leased for the whole tree; its h
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import keyword
@@ -249,12 +250,21 @@ def _run_program(scope: Scope, tree: CallTree, record: dict, input: Any, pending
         tree.stack.pop()
         if narrowed:
             tree.statement_bounds.pop()
-            _set_statement_timeout(scope, enclosing)
+            # After a failed statement (a graphql() with check=True runs without a savepoint of its own)
+            # the call's savepoint rolls back, which restores the enclosing statement_timeout anyway.
+            if not _in_failed_transaction(scope):
+                _set_statement_timeout(scope, enclosing)
     pending.logs = outcome.logs
     if not outcome.ok:
         raise _Failed(outcome.error_code or "action_failure", outcome.error_message or "the program failed",
                       outcome.error_hint)
     return outcome.output
+
+
+def _in_failed_transaction(scope: Scope) -> bool:
+    from psycopg.pq import TransactionStatus
+
+    return scope.conn.info.transaction_status == TransactionStatus.INERROR
 
 
 def _set_statement_timeout(scope: Scope, deadline: float) -> None:
@@ -413,9 +423,13 @@ class ToolHost:
         graphql_scope = replace(self.scope, chain=self.scope.chain.extended(natives.NATIVE_TOOLS["graphql"]["layer"]),
                                 _decisions={})
         errors = None
+        # With check=True a failure fails the calling tool (a program cannot catch it), whose own savepoint
+        # then rolls back everything this call did: a savepoint of its own (two round trips) is needed
+        # only when the program goes on after a failure (check=False).
+        savepoint = self.scope.savepoint() if not check else contextlib.nullcontext()
         try:
             try:
-                with self.scope.savepoint():
+                with savepoint:
                     data, errors = execute_graphql(graphql_scope, document, variables, operation_name)
                     if errors:
                         raise _Failed(*graphql_failure(errors))
