@@ -12,12 +12,12 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import errors as pgerrors
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool, PoolTimeout, TooManyRequests
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import InvalidInput, LedgerError, Retryable
 
@@ -113,6 +113,13 @@ class Database:
     conninfo: str
     pool: ConnectionPool
     reachability: Reachability | None = None
+    # Requests that may wait for a connection at once (0: any number); beyond them a request fails at
+    # once with `retryable`. Counted here, not with the pool's own max_waiting: the pool forgets a waiter
+    # that timed out only when a connection comes back, so during an outage its queue fills with the
+    # departed, and a request that cannot queue cannot make the pool try to reconnect either.
+    max_waiting: int = 0
+    _waiting: int = 0
+    _waiting_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def open(cls, conninfo: str, *, min_size: int = 2, max_size: int = 20, wait_timeout: float = 10.0,
@@ -125,7 +132,6 @@ class Database:
             min_size=min_size,
             max_size=max_size,
             timeout=wait_timeout,
-            max_waiting=max_waiting,
             reconnect_timeout=RECONNECT_TIMEOUT,
             kwargs={"autocommit": True, "row_factory": dict_row, "cursor_factory": _DeadlineCursor},
             configure=_configure,
@@ -134,25 +140,27 @@ class Database:
             name="ledger",
         )
         pool.open(wait=True, timeout=30)
-        return cls(conninfo=conninfo, pool=pool, reachability=reachability)
+        return cls(conninfo=conninfo, pool=pool, reachability=reachability, max_waiting=max_waiting)
 
     def _connection(self, deadline: float | None):
         """A pooled connection (its context manager, entered); `Retryable` when none comes in time."""
         cap = _remaining(deadline, cap=self.pool.timeout)
         if self.reachability is not None and not self.reachability.reachable:
             cap = min(cap, UNREACHABLE_WAIT)
+        with self._waiting_lock:
+            if self.max_waiting and self._waiting >= self.max_waiting:
+                if self.reachability is not None and not self.reachability.reachable:
+                    raise _unreachable()
+                raise Retryable(
+                    "the server is busy: too many requests are already waiting for a database connection",
+                    hint="retry the request after a short backoff",
+                )
+            self._waiting += 1
         if self.reachability is not None:
             self.reachability.fail_fast.active = True
         try:
             conn_cm = self.pool.connection(timeout=cap)
             return conn_cm, conn_cm.__enter__()
-        except TooManyRequests as exc:
-            if self.reachability is not None and not self.reachability.reachable:
-                raise _unreachable() from exc
-            raise Retryable(
-                "the server is busy: too many requests are already waiting for a database connection",
-                hint="retry the request after a short backoff",
-            ) from exc
         except _Unreachable:
             raise _unreachable() from None
         except PoolTimeout as exc:
@@ -165,6 +173,8 @@ class Database:
         finally:
             if self.reachability is not None:
                 self.reachability.fail_fast.active = False
+            with self._waiting_lock:
+                self._waiting -= 1
 
     def close(self) -> None:
         self.pool.close()
