@@ -42,6 +42,8 @@ log = logging.getLogger("ledger.worker")
 TERMINAL_CODES = {"action_input_invalid", "action_access_denied", "action_call_limit_exceeded",
                   "tool_not_declared", "cancelled"}
 MAX_BACKOFF_SECONDS = 300.0
+# The advisory lock claims take turns on ("claim" in ASCII).
+_CLAIM_LOCK = 0x636C61696D
 
 QUEUE_DEPTH = Gauge("ledger_queue_depth", "Started executions waiting for or holding a worker",
                     multiprocess_mode="livemostrecent")
@@ -145,8 +147,7 @@ class Worker:
         if free <= 0:
             return
         with self.services.db.pool.connection() as conn:
-            rows = conn.execute("SELECT * FROM ledger_claim_executions(%s, %s, %s)",
-                                (self.name, free, self.lease_seconds)).fetchall()
+            rows = claim(conn, self.name, free, self.lease_seconds)
             depth = conn.execute("SELECT ledger_queue_depth() AS depth").fetchone()["depth"]
         QUEUE_DEPTH.set(depth)
         now = datetime.datetime.now(datetime.timezone.utc)
@@ -201,6 +202,11 @@ class Worker:
         except LeaseLost:
             ATTEMPTS.labels("lease_lost").inc()
             log.warning("lost the lease of execution %s; its attempt rolled back", job.execution_id)
+        except Retryable as exc:
+            # Transient (races lost race_retries times over, a database outage): expected, not a bug.
+            ATTEMPTS.labels("retryable").inc()
+            log.warning("attempt of execution %s was cut short (%s); it will be retried after its lease lapses",
+                        job.execution_id, exc.message)
         except Exception:  # noqa: BLE001
             ATTEMPTS.labels("error").inc()
             log.exception("attempt of execution %s failed unexpectedly; it will be retried after its lease lapses",
@@ -211,6 +217,22 @@ class Worker:
                 self._running.pop(job.lease_token, None)
             job.done.set()
             self._wake.set()  # a slot is free: claim the next execution now, not at the next poll
+
+
+def claim(conn: psycopg.Connection, worker: str, batch: int, lease_seconds: float) -> list[dict]:
+    """Claim up to `batch` due executions for `worker` (an autocommit connection).
+
+    Claims take turns. Two at once could both claim one execution: the second, finding the row just
+    claimed (READ COMMITTED re-checks a locked row's new version), re-evaluates "no live lease" against
+    its own older snapshot, which does not hold the first one's lease yet. After the lock, a claim is a
+    statement of its own, so it sees every claim before it.
+    """
+    conn.execute("SELECT pg_advisory_lock(%s)", (_CLAIM_LOCK,))
+    try:
+        return conn.execute("SELECT * FROM ledger_claim_executions(%s, %s, %s)",
+                            (worker, batch, lease_seconds)).fetchall()
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (_CLAIM_LOCK,))
 
 
 _EXECUTION_COLUMNS = ("tenant_id, id, action_id, action_version, status, attempts, client_id, client_claims, input,"
