@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 GRAPHIQL := .cache/graphiql/manifest.json
 ARGS ?=
 
-.PHONY: install assets serve test schema bench clean
+.PHONY: install assets serve test test-soak schema bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ serve: $(STAMP) $(GRAPHIQL)
 
 test: $(STAMP) $(GRAPHIQL)
 	$(BIN)/python -m pytest -q $(ARGS)
+
+# `make test-soak`: the long runs CI leaves out (tests/soak/): 60 s of mixed load on 2 server processes and
+# 2 workers, repeated faults, and the fuzzers and the chain model with many examples. Several minutes.
+test-soak: $(STAMP)
+	LEDGER_SOAK=1 $(BIN)/python -m pytest -q -s tests/soak $(ARGS)
 
 # `make bench`: the ledger side by side with pgbench, PostGraphile 4 and graphile-worker on one throwaway
 # PostgreSQL cluster (bench/run.py; ARGS=... passes options). CI does not run it; `make test` runs a quick

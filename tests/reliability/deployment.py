@@ -405,3 +405,18 @@ def serve(database_url: str, directory: Path, env: dict[str, str] | None = None)
         process.stop()
         raise
     return process, base
+
+
+def unexpected_failures(process: Process) -> list[str]:
+    """What a worker logged about attempts that failed unexpectedly: each message and its exception's end."""
+    import json
+
+    found = []
+    for line in process.output().splitlines():
+        if "failed unexpectedly" in line:
+            try:
+                entry = json.loads(line)
+                found.append(f"{entry.get('message')}: ...{(entry.get('exception') or '')[-600:]}")
+            except ValueError:
+                found.append(line[-800:])
+    return found

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ledger.db.cluster import PostgresNotFound, find_pg_bin
-from reliability.deployment import Deployment
+from reliability.deployment import Deployment, unexpected_failures
 from reliability.load import run_load
 
 
@@ -31,3 +31,6 @@ def test_five_seconds_of_mixed_traffic_keep_every_invariant(deployment):
     assert report["requests"] > 50
     assert report["outcomes"].get("call SUCCEEDED", 0) > 0
     assert report["started_executions"].get("SUCCEEDED", 0) > 0
+    # A started transfer that lost a race is run again at once, not left to wait for its lease to lapse.
+    for worker in deployment.workers:
+        assert unexpected_failures(worker) == []
