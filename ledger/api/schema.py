@@ -422,25 +422,45 @@ class Mutation:
         return ClientsMutation()
 
 
-def build_schema() -> strawberry.Schema:
-    from strawberry.extensions import (AddValidationRules, MaxAliasesLimiter, MaxTokensLimiter, ParserCache,
-                                       QueryDepthLimiter, ValidationCache)
+MAX_TOKENS = 20_000
 
-    # The depth and alias limits are validation rules. Each QueryDepthLimiter/MaxAliasesLimiter makes a
-    # new rule class, and ValidationCache is keyed by the rules: made once here, every request passes the
-    # same rules, so a document seen before is not validated again (validation was half of a read's CPU).
-    limits = [*QueryDepthLimiter(max_depth=15).validation_rules,
-              *MaxAliasesLimiter(max_alias_count=200).validation_rules]
-    return strawberry.Schema(
-        query=Query,
-        mutation=Mutation,
-        extensions=[
-            lambda: MaxTokensLimiter(max_token_count=20_000),
-            lambda: AddValidationRules(limits),
-            lambda: ParserCache(maxsize=1024),
-            lambda: ValidationCache(maxsize=1024),
-        ],
-    )
+
+def _document_cache_extension() -> type:
+    """One extension for what four did (MaxTokensLimiter, the depth and alias limits, ParserCache and
+    ValidationCache): strawberry makes every extension anew and enters its hooks on every execution
+    (every graphql() call of a program too), so one costs less than four.
+
+    A document is parsed (at most MAX_TOKENS tokens) and validated (the schema's rules plus the depth and
+    alias limits) once per text; both results are kept in bounded LRU caches shared by all requests.
+    """
+    import functools
+
+    from graphql import parse
+    from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter, SchemaExtension
+    from strawberry.schema.schema import validate_document
+
+    limits = (*QueryDepthLimiter(max_depth=15).validation_rules,
+              *MaxAliasesLimiter(max_alias_count=200).validation_rules)
+    parse_document = functools.lru_cache(maxsize=1024)(functools.partial(parse, max_tokens=MAX_TOKENS))
+    validate = functools.lru_cache(maxsize=1024)(validate_document)
+
+    class DocumentCache(SchemaExtension):
+        def on_parse(self):
+            context = self.execution_context
+            context.graphql_document = parse_document(context.query)
+            yield
+
+        def on_validate(self):
+            context = self.execution_context
+            context.pre_execution_errors = validate(context.schema._schema, context.graphql_document,
+                                                    tuple(context.validation_rules) + limits)
+            yield
+
+    return DocumentCache
+
+
+def build_schema() -> strawberry.Schema:
+    return strawberry.Schema(query=Query, mutation=Mutation, extensions=[_document_cache_extension()])
 
 
 schema = build_schema()
