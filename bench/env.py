@@ -123,6 +123,20 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of processes (and of their children still running, e.g. sandboxes)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids + [c for p in pids for c in _children(p)]:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / ticks
+
+
 def peak_rss_mib(pid: int) -> float | None:
     """VmHWM of a process: its peak resident set size."""
     try:
@@ -256,6 +270,9 @@ class Server:
             if b"resource_tracker" not in cmdline:
                 pids.append(pid)
         return pids
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.worker_pids())
 
     def peak_rss(self) -> dict:
         """Peak RSS of each server process, and of the sandbox executors it runs."""

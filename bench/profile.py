@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         url = cluster.create_database("ledger")
         tenant_id, client_id, token, secret = prepare_database(url)
-        server = Server(url, workdir, workers=1)
+        server = Server(url, workdir, workers=1 if args.workload == "tree" else 2)
         fx = populate(url, server.url, tenant_id, client_id, token, secret, accounts=50)
         if args.workload == "read":
             spec = {"url": server.url, "token": token, "kind": "static",

@@ -32,10 +32,12 @@ def money(server: Server, fx: Fixtures, seconds: float, stats: Statements, rt: R
     count_sql = "SELECT count(*) FROM transfers WHERE tenant_id = %s"
     before = _count_rows(fx.database_url, count_sql, (fx.tenant_id,))
     stats.reset()
-    trips = rt.total()
+    trips, cpu = rt.total(), server.cpu()
     result = loadgen.run(spec, connections, seconds, loadgen=loadgen_kind)
+    cpu = server.cpu() - cpu
     statements = stats.count(APP_ROLE)
     trips = rt.total() - trips
+    result["server_cpu_ms_per_call"] = round(cpu * 1000 / result["requests"], 2) if result["requests"] else None
     transfers = _count_rows(fx.database_url, count_sql, (fx.tenant_id,)) - before
     result["roundtrips_per_call"] = round(trips / result["requests"], 1) if result["requests"] else None
     result["transfers"] = transfers
@@ -53,10 +55,12 @@ def read(server: Server, fx: Fixtures, seconds: float, stats: Statements, rt: Ro
     if warmup:
         loadgen.run(spec, connections, warmup, loadgen=loadgen_kind)
     stats.reset()
-    trips = rt.total()
+    trips, cpu = rt.total(), server.cpu()
     result = loadgen.run(spec, connections, seconds, loadgen=loadgen_kind)
+    cpu = server.cpu() - cpu
     statements = stats.count(APP_ROLE)
     trips = rt.total() - trips
+    result["server_cpu_ms_per_call"] = round(cpu * 1000 / result["requests"], 2) if result["requests"] else None
     result["statements_per_call"] = round(statements / result["requests"], 1) if result["requests"] else None
     result["roundtrips_per_call"] = round(trips / result["requests"], 1) if result["requests"] else None
     return result
