@@ -459,8 +459,15 @@ def _document_cache_extension() -> type:
     return DocumentCache
 
 
+class _Schema(strawberry.Schema):
+    def process_errors(self, errors, execution_context=None) -> None:
+        """Strawberry logs every error with its formatted traceback, expected ones included (a denial, a
+        domain rule, a lost race the server retries): 4% of a call's CPU under contention. The ledger
+        answers each error itself, and logs the unexpected ones (api.http.format_error)."""
+
+
 def build_schema() -> strawberry.Schema:
-    return strawberry.Schema(query=Query, mutation=Mutation, extensions=[_document_cache_extension()])
+    return _Schema(query=Query, mutation=Mutation, extensions=[_document_cache_extension()])
 
 
 schema = build_schema()
