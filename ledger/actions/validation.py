@@ -234,6 +234,12 @@ def _check_config(kind: Any, config: Any, problems: Problems) -> dict | None:
             problems.add("config.src", "the program source is missing: it defines `def run(event): ...`")
         elif len(src.encode()) > MAX_SOURCE_BYTES:
             problems.add("config.src", f"the program is {len(src.encode())} bytes; the limit is 64 KiB")
+        elif "\x00" in src:
+            # It may compile (in a comment or a string), but PostgreSQL cannot store it.
+            before = src[:src.index("\x00")]
+            line, column = before.count("\n") + 1, len(before) - (before.rfind("\n") + 1) + 1
+            problems.add("config.src", f"line {line}, column {column}: a NUL character (\\u0000) cannot be stored;"
+                         " write it as an escape (\"\\x00\") in a string, or remove it")
         if any(p["path"].startswith("config") for p in problems.items):
             return None
         return {"runtime": "starlark", "src": src}

@@ -164,3 +164,15 @@ def test_a_program_passing_infinity_or_a_nul_to_a_nested_call_fails_at_most_itse
     assert result["status"] == "FAILED"
     assert result["invocation"]["error"]["code"] == "action_failure"
     assert "finite" in result["invocation"]["error"]["message"]
+
+
+def test_a_program_source_holding_a_nul_is_refused_naming_its_line(api):
+    from registry_helpers import create_error, problems
+
+    error = create_error(api, tool("nul", 'def run(event):\n    # a \x00 in a comment compiles\n    return 1\n'))
+    assert problems(error) == [{"path": "config.src", "message": (
+        'line 2, column 9: a NUL character (\\u0000) cannot be stored; write it as an escape ("\\x00") in a string,'
+        " or remove it")}]
+    # The escape is fine: the program holds the four characters, and its string the NUL.
+    accepted = publish(api, tool("escaped", 'def run(event):\n    return len("a\\x00b")\n'))
+    assert invoke(api, accepted)["invocation"]["output"] == 3
