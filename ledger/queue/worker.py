@@ -96,6 +96,12 @@ class Worker:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> "Worker":
+        # What an attempt imports lazily (the engine, the GraphQL schema and strawberry behind graphql()),
+        # imported once here: the first attempts start together on several threads, and concurrent first
+        # imports of one package can fail with "partially initialized module" (a lost import race).
+        from ..api import schema as _schema  # noqa: F401
+        from ..executions import engine as _engine  # noqa: F401
+
         for target, name in ((self._claim_loop, "ledger-claim"), (self._listen_loop, "ledger-listen"),
                              (self._heartbeat_loop, "ledger-heartbeat")):
             thread = threading.Thread(target=target, name=name, daemon=True)
