@@ -43,7 +43,8 @@ class _DecisionInput:
     """The CEL activation of one decision, built only if some assertion needs it, then shared by
     every layer (cel-expr-python converts the data once per activation)."""
 
-    __slots__ = ("_operation", "_resource", "_principal", "_document", "_has_document", "_action", "_activation")
+    __slots__ = ("_operation", "_resource", "_principal", "_document", "_has_document", "_action", "_activation",
+                 "_key")
 
     def __init__(
         self, operation: str, resource: str, principal: Any, document: Any, has_document: bool, action: Any
@@ -55,6 +56,18 @@ class _DecisionInput:
         self._has_document = has_document
         self._action = action
         self._activation: cel.Activation | None = None
+        self._key: tuple | None = None
+
+    def key(self) -> tuple | None:
+        """The inputs as a hashable value (None when one is not hashable): equal keys decide alike."""
+        if self._key is None:
+            try:
+                self._key = (self._operation, self._resource, self._has_document, _frozen(self._document),
+                             _frozen(self._principal), _frozen(self._action))
+                hash(self._key)
+            except TypeError:
+                self._key = ()
+        return self._key or None
 
     def activation(self) -> cel.Activation:
         if self._activation is None:
@@ -63,6 +76,22 @@ class _DecisionInput:
                 context["document"] = cel_data(self._document)
             self._activation = assertion_activation(cel_data(self._principal), context, cel_data(self._action))
         return self._activation
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable stand-in for a decision input; values that compare equal in Python but not in CEL
+    (true and 1, 1 and 1.0) stay apart."""
+    if isinstance(value, dict):
+        return tuple((k, _frozen(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return ("[]", *(_frozen(v) for v in value))
+    if isinstance(value, (bool, float)):
+        return (type(value).__name__, value)
+    return value
+
+
+# Decisions a layer remembers (by their inputs) before it starts over.
+_DECISION_CACHE_LIMIT = 1024
 
 
 @dataclass(frozen=True)
@@ -103,6 +132,9 @@ class Layer:
         init=False, repr=False, compare=False, default_factory=dict
     )
     _plans: dict[tuple[str, str], _Plan] = field(init=False, repr=False, compare=False, default_factory=dict)
+    # Decisions that evaluated an assertion, by their inputs: a CEL evaluation is deterministic, and a
+    # request (a listing, a tree of reads) asks the same question of one layer again and again.
+    _decided: dict[tuple, str | None] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "statements", tuple(self.statements))
@@ -118,6 +150,23 @@ class Layer:
         if self.allow_all:
             return None
         plan = self._plan_for(operation, resource)
+        if not plan.denies and plan.allows and plan.allows[0][1] is None:
+            return None  # an unconditional ALLOW and no DENY that could match: nothing to evaluate
+        key = decision.key()
+        if key is not None:
+            try:
+                return self._decided[key]
+            except KeyError:
+                pass
+        reason = self._evaluate(plan, decision)
+        if key is not None:
+            if len(self._decided) >= _DECISION_CACHE_LIMIT:
+                self._decided.clear()
+            self._decided[key] = reason
+        return reason
+
+    @staticmethod
+    def _evaluate(plan: _Plan, decision: _DecisionInput) -> str | None:
         for position, assertion in plan.denies:
             if assertion is None:
                 return f"denied by statement policies[{position}]"
