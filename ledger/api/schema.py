@@ -7,6 +7,7 @@ import uuid
 from typing import Optional
 
 import strawberry
+from graphql import specified_rules
 from strawberry.scalars import JSON
 
 from ..db.paging import clamp_first
@@ -425,35 +426,47 @@ class Mutation:
 MAX_TOKENS = 20_000
 
 
-def _document_cache_extension() -> type:
-    """One extension for what four did (MaxTokensLimiter, the depth and alias limits, ParserCache and
-    ValidationCache): strawberry makes every extension anew and enters its hooks on every execution
-    (every graphql() call of a program too), so one costs less than four.
-
-    A document is parsed (at most MAX_TOKENS tokens) and validated (the schema's rules plus the depth and
-    alias limits) once per text; both results are kept in bounded LRU caches shared by all requests.
-    """
+def _document_caches():
+    """The parse and validate steps of an execution, each cached by document text (bounded LRU caches
+    shared by all requests): parsing stops at MAX_TOKENS tokens, validation adds the depth and alias
+    limits to the schema's rules."""
     import functools
 
     from graphql import parse
-    from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter, SchemaExtension
+    from strawberry.extensions import MaxAliasesLimiter, QueryDepthLimiter
     from strawberry.schema.schema import validate_document
 
     limits = (*QueryDepthLimiter(max_depth=15).validation_rules,
               *MaxAliasesLimiter(max_alias_count=200).validation_rules)
     parse_document = functools.lru_cache(maxsize=1024)(functools.partial(parse, max_tokens=MAX_TOKENS))
-    validate = functools.lru_cache(maxsize=1024)(validate_document)
+    cached_validate = functools.lru_cache(maxsize=1024)(validate_document)
+
+    def validate(graphql_schema, document, rules) -> list:
+        return cached_validate(graphql_schema, document, tuple(rules) + limits)
+
+    return parse_document, validate
+
+
+_parse_document, _validate_document = _document_caches()
+_SPECIFIED_RULES = tuple(specified_rules)  # the rules strawberry validates with by default
+
+
+def _document_cache_extension() -> type:
+    """One extension for what four did (MaxTokensLimiter, the depth and alias limits, ParserCache and
+    ValidationCache): strawberry makes every extension anew and enters its hooks on every execution, so
+    one costs less than four. Used when an execution takes strawberry's own path (see _Schema)."""
+    from strawberry.extensions import SchemaExtension
 
     class DocumentCache(SchemaExtension):
         def on_parse(self):
             context = self.execution_context
-            context.graphql_document = parse_document(context.query)
+            context.graphql_document = _parse_document(context.query)
             yield
 
         def on_validate(self):
             context = self.execution_context
-            context.pre_execution_errors = validate(context.schema._schema, context.graphql_document,
-                                                    tuple(context.validation_rules) + limits)
+            context.pre_execution_errors = _validate_document(context.schema._schema, context.graphql_document,
+                                                              context.validation_rules)
             yield
 
     return DocumentCache
@@ -464,6 +477,35 @@ class _Schema(strawberry.Schema):
         """Strawberry logs every error with its formatted traceback, expected ones included (a denial, a
         domain rule, a lost race the server retries): 4% of a call's CPU under contention. The ledger
         answers each error itself, and logs the unexpected ones (api.http.format_error)."""
+
+    def execute_sync(self, query, variable_values=None, context_value=None, root_value=None, operation_name=None,
+                     allowed_operation_types=None, operation_extensions=None):
+        """A document that parses and validates (both cached) and names one query or mutation runs
+        straight on graphql-core: strawberry's per-execution machinery around it (an execution context,
+        extension instances and their hooks, a middleware manager) was about half of the cost of executing
+        a small document, paid by every request and every graphql() call of a program. Anything else
+        (an empty or broken document, a subscription, a missing operation, options) takes strawberry's
+        own path, which reports it as before."""
+        from graphql import GraphQLError, OperationType, execute, get_operation_ast
+
+        if query and allowed_operation_types is None and operation_extensions is None:
+            try:
+                document = _parse_document(query)
+            except GraphQLError:
+                document = None
+            if document is not None:
+                operation = get_operation_ast(document, operation_name)
+                if (operation is not None and operation.operation in (OperationType.QUERY, OperationType.MUTATION)
+                        and not _validate_document(self._schema, document, _SPECIFIED_RULES)):
+                    from strawberry.execution import optimized_is_awaitable
+                    from strawberry.types import ExecutionResult
+
+                    result = execute(self._schema, document, root_value=root_value, context_value=context_value,
+                                     variable_values=variable_values, operation_name=operation_name,
+                                     is_awaitable=optimized_is_awaitable)
+                    return ExecutionResult(data=result.data, errors=result.errors)
+        return super().execute_sync(query, variable_values, context_value, root_value, operation_name,
+                                    allowed_operation_types, operation_extensions)
 
 
 def build_schema() -> strawberry.Schema:
