@@ -73,6 +73,10 @@ def details(results: dict) -> str:
         out.append("- Database work per call: round trips counted in the server processes (a hook on psycopg: a"
                    " statement, or one pipeline of them; the pool's connection check included), and statements"
                    " from pg_stat_statements (BEGIN, COMMIT and SAVEPOINTs included): " + "; ".join(rt) + ".")
+    baseline = results.get("baseline")
+    if baseline:
+        out.append(f"- Before: the ledger's code at `{baseline['revision']}`, run in this same run, on the same cluster,"
+                   " with the same installed packages; the call tree's floor is measured right after each tree.")
     out.append(f"- Load generator: {results.get('loadgen')}; PostgreSQL {results['postgres'].get('server_version')}"
                f" with fsync={results['postgres'].get('fsync')},"
                f" synchronous_commit={results['postgres'].get('synchronous_commit')}.")
