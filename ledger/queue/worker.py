@@ -303,14 +303,16 @@ def run_attempt(services: Any, job: Job) -> str:
         started_at = datetime.datetime.now(datetime.timezone.utc)
         try:
             with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
-                denial = _authority_problem(conn, execution)
-                record = load_action_for(services, conn, execution)
+                # The starter's client row, read once for the authority check, the scope and the finish.
+                client = _client(conn, execution)
+                denial = _authority_problem(conn, execution, client)
+                scope = _scope_for(services, conn, execution, deadline, client)
+                record = load_action(scope, execution["action_id"], execution["action_version"])
                 update_call(action=record["name"] if record else None)
                 if denial is not None or record is None:
                     code, message, hint = denial or ("action_failure", "the action version no longer exists", None)
                     return _finish(conn, services, job, execution, attempt, record, None, started_at,
-                                   error={"code": code, "message": message, "hint": hint})
-                scope = _scope_for(services, conn, execution, deadline)
+                                   error={"code": code, "message": message, "hint": hint}, scope=scope)
                 tree = CallTree(scope)
                 try:
                     pending = run_call(scope, tree, record, execution["input"], execution_id=job.execution_id,
@@ -322,8 +324,9 @@ def run_attempt(services: Any, job: Job) -> str:
                 observe_tree(len(tree.pending))
                 if job.cancel or _cancel_requested_now(services, job):
                     raise Cancelled()
-                flush(scope, tree.pending[1:])
-                return _finish(conn, services, job, execution, attempt, record, pending, started_at)
+                if len(tree.pending) > 1:  # the calls it made (the execution itself is written by _finish)
+                    flush(scope, tree.pending[1:])
+                return _finish(conn, services, job, execution, attempt, record, pending, started_at, scope=scope)
         except Cancelled:
             return _finish_cancelled(services, job, execution, deadline, started_at)
         except Retryable as exc:
@@ -351,7 +354,16 @@ def load_action_for(services: Any, conn: psycopg.Connection, execution: dict) ->
     return load_action(scope, execution["action_id"], execution["action_version"])
 
 
-def _authority_problem(conn: psycopg.Connection, execution: dict) -> tuple[str, str, str] | None:
+_UNREAD = object()
+
+
+def _client(conn: psycopg.Connection, execution: dict) -> dict | None:
+    return conn.execute("SELECT name, enabled, policies FROM clients WHERE tenant_id = %s AND id = %s",
+                        (execution["tenant_id"], execution["client_id"])).fetchone()
+
+
+def _authority_problem(conn: psycopg.Connection, execution: dict,
+                       client: Any = _UNREAD) -> tuple[str, str, str] | None:
     """Authority carries over from the start: the starter's token must not have expired, nor its client
     been disabled. The client row is read fresh for every attempt (a cache of zero, within the 5 minutes
     the contract allows)."""
@@ -360,17 +372,18 @@ def _authority_problem(conn: psycopg.Connection, execution: dict) -> tuple[str, 
     if expires is not None and time.time() >= float(expires):
         return ("action_access_denied", "the credential this execution was started with expired",
                 "the credential it was started with expired; start it again with a valid token")
-    client = conn.execute("SELECT enabled FROM clients WHERE tenant_id = %s AND id = %s",
-                          (execution["tenant_id"], execution["client_id"])).fetchone()
+    if client is _UNREAD:
+        client = _client(conn, execution)
     if client is None or not client["enabled"]:
         return ("action_access_denied", "the client that started this execution was revoked",
                 "enable the client, or start the execution again as another client")
     return None
 
 
-def _scope_for(services: Any, conn: psycopg.Connection, execution: dict, deadline: float) -> Scope:
-    client = conn.execute("SELECT name, policies FROM clients WHERE tenant_id = %s AND id = %s",
-                          (execution["tenant_id"], execution["client_id"])).fetchone()
+def _scope_for(services: Any, conn: psycopg.Connection, execution: dict, deadline: float,
+               client: Any = _UNREAD) -> Scope:
+    if client is _UNREAD:
+        client = _client(conn, execution)
     name = client["name"] if client else "revoked"
     principal = Principal(execution["tenant_id"], execution["client_id"], name, execution["client_claims"] or {})
     # The starter's layer, failing closed exactly as for a direct request.
@@ -379,7 +392,7 @@ def _scope_for(services: Any, conn: psycopg.Connection, execution: dict, deadlin
 
 
 def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, attempt: int, record: dict | None,
-            pending: Any, started_at: datetime.datetime, error: dict | None = None) -> str:
+            pending: Any, started_at: datetime.datetime, error: dict | None = None, scope: Scope | None = None) -> str:
     from ..executions.records import record_json
     from ..metrics import call_finished, json_size
 
@@ -417,7 +430,7 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
         _release(conn, job, retry_in=backoff_seconds(float(settings.get("backoffSeconds", 1.0)), attempt))
     else:
         _release(conn, job, retry_in=None)
-        settle_pending_lifecycle(_scope_for(services, conn, execution, time.monotonic() + 30),
+        settle_pending_lifecycle(scope or _scope_for(services, conn, execution, time.monotonic() + 30),
                                  execution["action_id"])
     return outcome
 
