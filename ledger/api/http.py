@@ -288,7 +288,7 @@ class GraphQLEndpoint:
                 payload, status = self._execute_once(claims, query, variables, operation_name, deadline, dry_run)
             except Retryable as exc:
                 if attempt + 1 < attempts and exc.race and time.monotonic() < deadline:
-                    time.sleep(random.uniform(0.001, 0.01 * 2**attempt))
+                    time.sleep(random.uniform(0.001, min(0.2, 0.005 * 2**attempt)))
                     continue
                 REQUESTS.labels("retryable").inc()
                 return {"data": None, "errors": [error_payload(exc.message, exc.code, exc.hint, retryable=True)]}, 200
@@ -339,18 +339,12 @@ class GraphQLEndpoint:
 
 def _first_retryable(errors: list[GraphQLError]) -> Retryable | None:
     """A transient database failure anywhere fails the whole request as `retryable`."""
-    import psycopg
-
-    from ..db.pool import as_ledger_error
+    from ..db.pool import transient_failure
 
     for error in errors:
-        original = error.original_error
-        if isinstance(original, Retryable):
-            return original
-        if isinstance(original, psycopg.Error):
-            translated = as_ledger_error(original)
-            if isinstance(translated, Retryable):
-                return translated
+        retry = transient_failure(error.original_error)
+        if retry is not None:
+            return retry
     return None
 
 
