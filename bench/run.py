@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers", choices=("all", "pgbench", "none"), default="all")
     parser.add_argument("--loadgen", choices=("auto", "wrk", "python"), default="auto")
     parser.add_argument("--queue-jobs", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the money and read rows"
+                        " with their anchors (medians are reported)")
     parser.add_argument("--out", help="where results.json and results.md go (default: bench/; a temporary"
                         " directory with --smoke)")
     parser.add_argument("--no-readme", action="store_true")
@@ -72,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.seconds, args.peers, args.queue_jobs, args.no_readme = 1.0, "none", 20, True
     warmup = 0.0 if args.smoke else 2.0
+    rounds = 1 if args.smoke else max(1, args.rounds)
     repeats = 1 if args.smoke else 5
     tree_reads = 100 if args.smoke else 1000
     loadgen_used = args.loadgen if args.loadgen != "auto" else ("wrk" if loadgen.wrk_available() else "python")
@@ -103,16 +106,77 @@ def main(argv: list[str] | None = None) -> int:
             log("pgbench -i")
             _anchor("pgbench", lambda: peers.pgbench_init(cluster), errors)
 
+        # PostGraphile is started before the ledger's rows and measured right beside the ledger's read.
+        postgraphile = None
+        if args.peers == "all":
+            log("PostGraphile 4: starting (as a role subject to RLS)")
+
+            def start_postgraphile():
+                started = peers.PostGraphile(cluster, "ledger", secret, workdir)
+                running.append(started)
+                check = started.read(token, tenant_id, fx.accounts[0])
+                if not (check.get("data") or {}).get("accountByTenantIdAndId"):
+                    raise RuntimeError(f"PostGraphile did not read the account: {check}")
+                from ledger.auth.tokens import TokenService
+
+                stranger, _ = TokenService(secret).mint(peers.uuid.uuid4(), client_id)
+                if started.read(stranger, tenant_id, fx.accounts[0])["data"]["accountByTenantIdAndId"]:
+                    raise RuntimeError("PostGraphile read another tenant's account: RLS does not apply")
+                return started
+
+            postgraphile = _anchor("postgraphile", start_postgraphile, errors)
+
+        def postgraphile_read():
+            spec = {"url": postgraphile.url, "token": token, "kind": "static",
+                    "body": postgraphile.body(tenant_id, fx.accounts[0])}
+            loadgen.run(spec, 4, warmup or 1, loadgen=args.loadgen)
+            stats.reset()
+            out = loadgen.run(spec, 4, args.seconds, loadgen=args.loadgen)
+            out["statements_per_call"] = round(stats.count(peers.POSTGRAPHILE_ROLE) / out["requests"], 1)
+            return out
+
+        def pgbench_ok() -> bool:
+            return args.peers != "none" and "pgbench" not in errors
+
+        # Each anchor runs right after the ledger's workload it anchors, in alternating rounds (the machine
+        # is shared: what matters is that both sides of a ratio see the same moment); medians are reported.
         measured: dict[str, dict] = {}
+        anchors: dict[str, list] = {"tpcb": [], "select_only": [], "postgraphile": []}
         for name, code_root in variants:
+            anchored = name == "current"
             log(f"[{name}] ledger serve --workers {LEDGER_WORKERS} --no-worker")
             server = Server(ledger_url, workdir, workers=LEDGER_WORKERS, code_root=code_root, roundtrips=rt)
             running.append(server)
             m: dict = {}
-            log(f"[{name}] money-moving call")
-            m["money"] = workloads.money(server, fx, args.seconds, stats, rt, warmup=warmup, loadgen_kind=args.loadgen)
-            log(f"[{name}] read")
-            m["read"] = workloads.read(server, fx, args.seconds, stats, rt, warmup=warmup, loadgen_kind=args.loadgen)
+            runs = []
+            for round_ in range(rounds):
+                log(f"[{name}] money-moving call, round {round_ + 1}/{rounds}")
+                runs.append(workloads.money(server, fx, args.seconds, stats, rt, warmup=warmup if not round_ else 0,
+                                            loadgen_kind=args.loadgen))
+                if anchored and pgbench_ok():
+                    log("  pgbench tpcb-like -c 2 -j 2")
+                    tpcb_run = _anchor("pgbench", lambda: peers.pgbench(cluster, ["-c", "2", "-j", "2"], args.seconds),
+                                       errors)
+                    if tpcb_run:
+                        anchors["tpcb"].append(tpcb_run)
+            m["money"] = _median_run(runs, "calls_per_s")
+            runs = []
+            for round_ in range(rounds):
+                log(f"[{name}] read, round {round_ + 1}/{rounds}")
+                runs.append(workloads.read(server, fx, args.seconds, stats, rt, warmup=warmup if not round_ else 0,
+                                           loadgen_kind=args.loadgen))
+                if anchored and postgraphile is not None:
+                    log("  PostGraphile 4: the same read")
+                    pgl_run = _anchor("postgraphile", postgraphile_read, errors)
+                    if pgl_run:
+                        anchors["postgraphile"].append(pgl_run)
+                if anchored and pgbench_ok():
+                    log("  pgbench -S -c 4 -j 2")
+                    s_run = _anchor("pgbench", lambda: peers.pgbench(cluster, ["-S", "-c", "4", "-j", "2"],
+                                                                     args.seconds), errors)
+                    if s_run:
+                        anchors["select_only"].append(s_run)
+            m["read"] = _median_run(runs, "rps")
             log(f"[{name}] call tree: one invokeAction making {tree_reads} graphql() reads")
             m["call_tree"] = workloads.call_tree(server, fx, stats, rt, reads=tree_reads, repeats=repeats)
             # The floor right after the tree, so that both see the same machine (it is shared and noisy).
@@ -131,41 +195,15 @@ def main(argv: list[str] | None = None) -> int:
             measured[name] = m
         current = measured["current"]
         before = measured.get(variants[0][0]) if args.baseline else None
+        if postgraphile is not None:
+            postgraphile.stop()
+            running.remove(postgraphile)
 
-        # -- anchors
-        tpcb = select_only = pgl = gw = None
-        if args.peers != "none" and "pgbench" not in errors:
-            log("pgbench tpcb-like -c 2 -j 2")
-            tpcb = _anchor("pgbench", lambda: peers.pgbench(cluster, ["-c", "2", "-j", "2"], args.seconds), errors)
-        if args.peers != "none" and "pgbench" not in errors:
-            log("pgbench -S -c 4 -j 2")
-            select_only = _anchor("pgbench", lambda: peers.pgbench(cluster, ["-S", "-c", "4", "-j", "2"],
-                                                                   args.seconds), errors)
+        tpcb = _median_run(anchors["tpcb"], "tps")
+        select_only = _median_run(anchors["select_only"], "tps")
+        pgl = _median_run(anchors["postgraphile"], "rps")
+        gw = None
         if args.peers == "all":
-            log("PostGraphile 4: the same read")
-
-            def run_postgraphile():
-                postgraphile = peers.PostGraphile(cluster, "ledger", secret, workdir)
-                running.append(postgraphile)
-                check = postgraphile.read(token, tenant_id, fx.accounts[0])
-                if not (check.get("data") or {}).get("accountByTenantIdAndId"):
-                    raise RuntimeError(f"PostGraphile did not read the account: {check}")
-                from ledger.auth.tokens import TokenService
-
-                stranger, _ = TokenService(secret).mint(peers.uuid.uuid4(), client_id)
-                if postgraphile.read(stranger, tenant_id, fx.accounts[0])["data"]["accountByTenantIdAndId"]:
-                    raise RuntimeError("PostGraphile read another tenant's account: RLS does not apply")
-                spec = {"url": postgraphile.url, "token": token, "kind": "static",
-                        "body": postgraphile.body(tenant_id, fx.accounts[0])}
-                loadgen.run(spec, 4, warmup or 1, loadgen=args.loadgen)
-                stats.reset()
-                out = loadgen.run(spec, 4, args.seconds, loadgen=args.loadgen)
-                out["statements_per_call"] = round(stats.count(peers.POSTGRAPHILE_ROLE) / out["requests"], 1)
-                postgraphile.stop()
-                running.remove(postgraphile)
-                return out
-
-            pgl = _anchor("postgraphile", run_postgraphile, errors)
             log(f"graphile-worker 0.17.3: {args.queue_jobs} no-op jobs, {LEDGER_WORKERS} processes"
                 f" x concurrency {WORKER_CONCURRENCY}")
 
@@ -263,6 +301,16 @@ def build_rows(current: dict, before: dict | None, tpcb, select_only, pgl, gw, p
             if base:
                 rows[key]["before_ratio"] = round(before[key][metric] / base, 3)
     return rows
+
+
+def _median_run(runs: list[dict], metric: str) -> dict | None:
+    """The run whose `metric` is the median (the lower middle of an even count); its rounds listed."""
+    if not runs:
+        return None
+    ordered = sorted(runs, key=lambda run: run[metric])
+    chosen = dict(ordered[(len(ordered) - 1) // 2])
+    chosen["rounds"] = [run[metric] for run in runs]
+    return chosen
 
 
 def _row(title: str, ledger: dict, ledger_text: str, anchor: dict | None, anchor_text: str | None,
