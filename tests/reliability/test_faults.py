@@ -346,7 +346,14 @@ def test_an_exhausted_pool_queues_a_bounded_number_of_requests_and_fails_the_res
         for thread in slow_threads:
             thread.start()
         readers = [threading.Thread(target=read, args=(Client(base, tenant.token),)) for _ in range(30)]
-        time.sleep(1.5)  # both connections are held now
+        # Both connections are held (each slow call's transaction waits, idle, on its sandbox) before the
+        # reads start: on a loaded machine a fixed sleep was not always enough.
+        with shape.owner() as owner:
+            def both_held() -> bool:
+                row = owner.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                    " AND state = 'idle in transaction'").fetchone()
+                return row[0] >= 2
+            wait_until(both_held, 20, "both slow calls holding their connections")
         for thread in readers:
             thread.start()
         for thread in readers + slow_threads:
