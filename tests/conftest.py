@@ -142,3 +142,21 @@ def api(http, services, db_url) -> Api:
 @pytest.fixture
 def other_api(http, services, db_url) -> Api:
     return new_tenant(http, services, db_url, "globex")
+
+
+@pytest.fixture(scope="module")
+def deployment():
+    """The deployment shape of the reliability tests: an external cluster, `ledger serve --no-worker
+    --workers 2` and two `ledger worker` processes (tests/reliability/deployment.py)."""
+    from ledger.db.cluster import PostgresNotFound, find_pg_bin
+    from reliability.deployment import Deployment
+
+    try:
+        find_pg_bin()
+    except PostgresNotFound as exc:
+        pytest.skip(f"no PostgreSQL server binaries: {exc.message}")
+    deployed = Deployment(servers=2, workers=2)
+    try:
+        yield deployed
+    finally:
+        deployed.close()

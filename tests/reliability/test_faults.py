@@ -19,26 +19,12 @@ import uuid
 import pytest
 
 from invoke_helpers import tool
-from ledger.db.cluster import PostgresNotFound, find_pg_bin
 from reliability import ops
 from reliability.deployment import (Client, Deployment, Outcome, Process, Stats, check_money_invariants, percentile,
                                     timed, wait_until)
 from test_queue_recovery import SLOW_TRANSFER
 
 ECHO = 'def run(event):\n    return {"echo": event["data"]}\n'
-
-
-@pytest.fixture(scope="module")
-def deployment():
-    try:
-        find_pg_bin()
-    except PostgresNotFound as exc:
-        pytest.skip(f"no PostgreSQL server binaries: {exc.message}")
-    deployed = Deployment(servers=2, workers=2)
-    try:
-        yield deployed
-    finally:
-        deployed.close()
 
 
 def in_shape(deployment: Deployment) -> Deployment:

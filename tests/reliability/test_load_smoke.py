@@ -5,24 +5,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from ledger.db.cluster import PostgresNotFound, find_pg_bin
-from reliability.deployment import Deployment, unexpected_failures
+from reliability.deployment import unexpected_failures
 from reliability.load import run_load
-
-
-@pytest.fixture(scope="module")
-def deployment():
-    try:
-        find_pg_bin()
-    except PostgresNotFound as exc:
-        pytest.skip(f"no PostgreSQL server binaries: {exc.message}")
-    deployed = Deployment(servers=2, workers=2)
-    try:
-        yield deployed
-    finally:
-        deployed.close()
 
 
 def test_five_seconds_of_mixed_traffic_keep_every_invariant(deployment):

@@ -9,26 +9,12 @@ import os
 
 import pytest
 
-from ledger.db.cluster import PostgresNotFound, find_pg_bin
 from reliability import fuzz
-from reliability.deployment import Deployment, unexpected_failures
+from reliability.deployment import unexpected_failures
 from reliability.load import run_load
 
 SOAK_SECONDS = float(os.environ.get("LEDGER_SOAK_SECONDS", "60"))
 FUZZ_EXAMPLES = int(os.environ.get("LEDGER_SOAK_FUZZ_EXAMPLES", "1500"))
-
-
-@pytest.fixture(scope="module")
-def deployment():
-    try:
-        find_pg_bin()
-    except PostgresNotFound as exc:
-        pytest.skip(f"no PostgreSQL server binaries: {exc.message}")
-    deployed = Deployment(servers=2, workers=2)
-    try:
-        yield deployed
-    finally:
-        deployed.close()
 
 
 def test_sixty_seconds_of_mixed_traffic_keep_every_invariant(deployment):
