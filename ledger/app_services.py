@@ -1,4 +1,4 @@
-"""The long-lived parts one process shares between requests: database, tokens, executors, caches."""
+"""The long-lived parts one process shares between requests: database, tokens, executors."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ class Services:
     db: Database
     tokens: TokenService
     executors: Any = None  # ledger.runtime.ExecutorPool, started lazily on the first program run
-    caches: dict = field(default_factory=dict)
     _executors_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod

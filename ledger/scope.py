@@ -45,8 +45,6 @@ class Scope:
     services: "Services"
     deadline: float
     frames: tuple[ToolFrame, ...] = ()
-    # Per-request memo of decisions whose inputs are the same (resource + document identity).
-    _decisions: dict = field(default_factory=dict)
     # State shared by every scope derived from one request (e.g. the running call tree).
     request_state: dict = field(default_factory=dict)
 
@@ -65,7 +63,7 @@ class Scope:
         return frame.execution_id if frame else None
 
     def within_tool(self, frame: ToolFrame, chain: Chain) -> "Scope":
-        return replace(self, frames=self.frames + (frame,), chain=chain, _decisions={})
+        return replace(self, frames=self.frames + (frame,), chain=chain)
 
     def time_left(self) -> float:
         return self.deadline - time.monotonic()

@@ -17,18 +17,16 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import orjson
-
 from ..actions import natives
 from ..actions.schemas import first_error
-from ..errors import LedgerError, PermissionDenied, Retryable
+from ..errors import LedgerError, Retryable
 from ..logs import bind_call, unbind_call
 from ..policy.cel import CelError, evaluate_expression
 from ..policy.chain import Layer
 from ..policy.statements import parse_policies
 from ..runtime import CallFailure, Program, RunOutcome
 from ..scope import Scope, ToolFrame
-from .records import PendingExecution, flush
+from .records import PendingExecution
 from .values import value_problem
 
 MAX_TOOL_DEPTH = 8
@@ -420,8 +418,7 @@ class ToolHost:
         input = {"document": document, "variables": variables, "operationName": operation_name}
         child = self._native_child("graphql", input, sequence, child_id)
         # A native child adds no tool frame: writes made through it stay attributed to the calling tool.
-        graphql_scope = replace(self.scope, chain=self.scope.chain.extended(natives.NATIVE_TOOLS["graphql"]["layer"]),
-                                _decisions={})
+        graphql_scope = replace(self.scope, chain=self.scope.chain.extended(natives.NATIVE_TOOLS["graphql"]["layer"]))
         errors = None
         # With check=True a failure fails the calling tool (a program cannot catch it), whose own savepoint
         # then rolls back everything this call did: a savepoint of its own (two round trips) is needed
@@ -526,12 +523,3 @@ class ToolHost:
             raise CallFailure(child.error["code"], child.error["message"], child.error.get("hint"))
         return {"status": "FAILED", "error": child.error, "executionId": str(child_id)}
 
-
-def output_size(value: Any) -> int:
-    try:
-        return len(orjson.dumps(value))
-    except (TypeError, orjson.JSONEncodeError):
-        return -1
-
-
-__all__ = ["CallTree", "run_call", "flush", "PermissionDenied", "CallLimitExceeded"]

@@ -39,7 +39,7 @@ def find_or_create(scope: Scope, action_id: uuid.UUID, session_id: uuid.UUID | N
     """The session of this call, committed in its own transaction."""
     services = scope.services
     with services.db.transaction(scope.tenant_id, deadline=scope.deadline) as conn:
-        own = replace(scope, conn=conn, _decisions={})
+        own = replace(scope, conn=conn)
         if session_id is not None:
             row = own.one(f"SELECT {_COLUMNS} FROM sessions WHERE tenant_id = %s AND id = %s", (scope.tenant_id, session_id))
             if row is None or row["client_id"] != scope.principal.client_id or row["action_id"] != action_id:
