@@ -167,7 +167,7 @@ def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, 
 
 
 def policy(n: int = 20_000) -> dict:
-    from ledger.policy.chain import bench_decisions
+    from bench.policy import bench_decisions
 
     started = time.perf_counter()
     result = bench_decisions(n)

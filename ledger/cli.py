@@ -358,11 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
     assets_fetch.add_argument("--timeout", type=float, default=120.0, help="seconds (default 120)")
     assets_fetch.set_defaults(func=cmd_assets_fetch)
 
-    from . import publish as publish_module  # stdlib only: cheap to import
+    from .client import command as publish_command  # stdlib only: cheap to import
 
     publish = sub.add_parser("publish", help="create/update and publish tool definitions (TOML) through the API")
-    publish_module.configure_parser(publish)
-    publish.set_defaults(func=lambda args, settings: publish_module.run(args))
+    publish_command.configure_parser(publish)
+    publish.set_defaults(func=lambda args, settings: publish_command.run(args))
     return parser
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .auth.principal import Principal
+from .policy.principal import Principal
 from .errors import PermissionDenied
 from .policy.chain import Chain
 

@@ -13,8 +13,8 @@ from live_helpers import (EXAMPLES, GET_ACCOUNT_ACTIVITY, SETTLE_INVOICE, TRANSF
                           new_tenant_token, open_accounts)
 from test_cli_serve import Server, workdir  # noqa: F401 - the module-scoped work dir fixture
 
-from ledger.client import Execution, LedgerClient, LedgerError, WaitTimeout, urllib_transport
-from ledger.publish import DefinitionError, PublishRejected
+from ledger.client import Execution, LedgerClient, LedgerRequestError, WaitTimeout, urllib_transport
+from ledger.client.publish import DefinitionError, PublishRejected
 
 ECHO = """mutation($id: UUID!, $src: String!) { actions {
   createAction(id: $id, input: {name: "echo", kind: "tool", config: {runtime: "starlark", src: $src},
@@ -63,7 +63,7 @@ def test_query_returns_data_and_reads_the_environment(server, client, monkeypatc
 
 
 def test_an_error_answer_raises_with_code_hint_and_problems(client):
-    with pytest.raises(LedgerError) as caught:
+    with pytest.raises(LedgerRequestError) as caught:
         client.query("""mutation { actions { createAction(id: "8f4c2a46-31a4-4f6b-8c42-1b1b6c0d9e01", input: {
             name: "Bad Name", kind: "tool", config: {runtime: "starlark", src: "def run(event):\\n  return 1\\n"},
             tool: {name: "bad", description: "x", inputSchema: {type: "object"}}}) { version } } }""")
@@ -75,7 +75,7 @@ def test_an_error_answer_raises_with_code_hint_and_problems(client):
 
 
 def test_a_bad_token_is_unauthenticated(server):
-    with pytest.raises(LedgerError) as caught:
+    with pytest.raises(LedgerRequestError) as caught:
         LedgerClient(graphql_url(server), "forged").query("{ viewer { tenantId } }")
     assert caught.value.code == "unauthenticated" and caught.value.status == 401
 
@@ -95,7 +95,7 @@ def test_a_failed_call_is_returned_and_check_raises_its_error(client, echo):
     assert execution.failed
     assert (execution.error.code, execution.error.message, execution.error.hint) == \
         ("action_failure", "asked to fail", "send fail = false")
-    with pytest.raises(LedgerError) as caught:
+    with pytest.raises(LedgerRequestError) as caught:
         execution.check()
     assert caught.value.code == "action_failure" and caught.value.hint == "send fail = false"
 
@@ -106,14 +106,14 @@ def test_invoke_with_an_execution_id_runs_once(client, echo):
     again = client.invoke(echo, {"n": 2}, execution_id=execution_id)
     assert first.execution_id == again.execution_id == execution_id
     assert again.raw["invocation"]["startedAt"] == first.raw["invocation"]["startedAt"]
-    with pytest.raises(LedgerError) as caught:
+    with pytest.raises(LedgerRequestError) as caught:
         client.invoke(echo, {"n": 3}, execution_id=execution_id)
     assert caught.value.code == "execution_id_conflict"
 
 
 def test_invoke_of_a_version(client, echo):
     assert client.invoke(echo, {}, version=1).action_version == 1
-    with pytest.raises(LedgerError) as caught:
+    with pytest.raises(LedgerRequestError) as caught:
         client.invoke(echo, {}, version=9)
     assert caught.value.code == "action_not_callable"
 
@@ -137,7 +137,7 @@ def test_wait_gives_up_after_its_timeout(client, echo):
 
 
 def test_wait_for_an_unknown_execution_is_not_found(client):
-    with pytest.raises(LedgerError) as caught:
+    with pytest.raises(LedgerRequestError) as caught:
         client.wait(str(uuid.uuid4()), timeout=1)
     assert caught.value.code == "not_found"
 
@@ -178,7 +178,7 @@ def test_a_retryable_answer_is_retried_a_bounded_number_of_times(server, client)
 
     hurried = LedgerClient(graphql_url(server), client.token, request_timeout=0.000001, retries=3,
                            backoff=0.1, max_backoff=0.25, transport=counting, sleep=waits.append)
-    with pytest.raises(LedgerError) as caught:
+    with pytest.raises(LedgerRequestError) as caught:
         hurried.query("{ viewer { tenantId } }")
     assert caught.value.code == "retryable" and caught.value.retryable
     assert len(sent) == 4 and all(h["Request-Timeout"] == "1e-06" for h in sent)
@@ -226,7 +226,7 @@ def test_retryable_then_success_returns_the_data_after_backing_off():
 def test_backoff_is_capped_and_retries_are_bounded():
     transport = FakeTransport(*[RETRYABLE] * 7)
     client, waits = fake_client(transport, retries=6, backoff=1.0, max_backoff=3.0)
-    with pytest.raises(LedgerError) as caught:
+    with pytest.raises(LedgerRequestError) as caught:
         client.query("{ ok }")
     assert caught.value.code == "retryable"
     assert len(transport.bodies) == 7 and len(waits) == 6 and max(waits) <= 3.0
@@ -235,7 +235,7 @@ def test_backoff_is_capped_and_retries_are_bounded():
 def test_other_errors_are_not_retried():
     transport = FakeTransport({"data": None, "errors": [{"message": "no", "extensions": {"code": "permission_denied"}}]})
     client, waits = fake_client(transport)
-    with pytest.raises(LedgerError) as caught:
+    with pytest.raises(LedgerRequestError) as caught:
         client.query("{ ok }")
     assert caught.value.code == "permission_denied" and waits == []
 
@@ -244,7 +244,7 @@ def test_a_refused_connection_is_retried_but_a_lost_one_only_when_idempotent():
     refused = FakeTransport(ConnectionRefusedError(111, "refused"), {"data": {"ok": 1}})
     assert fake_client(refused)[0].query("{ ok }") == {"ok": 1}
     lost = FakeTransport(ConnectionResetError(104, "reset"), {"data": {"ok": 1}})
-    with pytest.raises(LedgerError) as caught:
+    with pytest.raises(LedgerRequestError) as caught:
         fake_client(lost)[0].query("mutation { ok }")
     assert caught.value.code == "transport_error"
 
@@ -260,13 +260,13 @@ def test_invoke_is_resent_with_the_same_execution_id_after_a_lost_connection():
 def test_a_non_graphql_answer_is_an_http_error():
     transport = FakeTransport((502, b"<html>bad gateway</html>"))
     client, _ = fake_client(transport)
-    with pytest.raises(LedgerError) as caught:
+    with pytest.raises(LedgerRequestError) as caught:
         client.query("{ ok }")
     assert caught.value.code == "http_error" and caught.value.status == 502
 
 
 def test_no_token_is_an_error_before_sending():
     transport = FakeTransport()
-    with pytest.raises(LedgerError) as caught:
+    with pytest.raises(LedgerRequestError) as caught:
         LedgerClient("http://ledger.invalid/graphql", "", transport=transport).query("{ ok }")
     assert caught.value.code == "unauthenticated" and transport.bodies == []

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from ledger.errors import LedgerError, PermissionDenied
 from ledger.policy.cel import CelError, compile_assertion, compile_expression_check, evaluate_expression
-from ledger.policy.chain import NO_STATEMENT_ALLOWS, Chain, Layer, bench_decisions
+from bench.policy import bench_decisions
+from ledger.policy.chain import NO_STATEMENT_ALLOWS, Chain, Layer
 from ledger.policy.statements import Statement, parse_policies, resource_matches
 
 PRINCIPAL = {"tenant": "t1", "client": "c1", "claims": {"sub": "alice", "roles": ["teller"]}}

@@ -17,6 +17,7 @@ from ..db.paging import parse_cursor
 from ..errors import LedgerError, NotFound
 from ..scope import Scope
 from . import natives
+from .lifecycle import has_unfinished_starts
 from .validation import ReferenceTarget, validate_definition
 
 ACTION = "financial.Action.document"
@@ -305,8 +306,6 @@ def _set_status(scope: Scope, action_id: uuid.UUID, status: str, pending: str | 
 
 def _has_started_work(scope: Scope, action_id: uuid.UUID) -> bool:
     """Started executions still queued or running: a disable or delete waits for them to drain."""
-    from ..queue.drain import has_unfinished_starts
-
     return has_unfinished_starts(scope, action_id)
 
 

@@ -13,7 +13,7 @@ from ..errors import InvalidInput, LedgerError, NotFound, Unauthenticated
 from ..policy.chain import Layer
 from ..policy.statements import parse_policies
 from ..scope import Scope
-from .principal import Principal
+from ..policy.principal import Principal
 
 log = logging.getLogger("ledger.clients")
 

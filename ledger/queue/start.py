@@ -8,6 +8,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from ..actions.lifecycle import settle_pending_lifecycle
 from ..actions.registry import ACTION, as_document, load_action
 from ..actions.schemas import first_error
 from ..errors import LedgerError, NotFound
@@ -117,7 +118,5 @@ def cancel_execution(scope: Scope, execution_id: uuid.UUID) -> dict:
         " created_at",
         (scope.tenant_id, execution_id),
     )
-    from .drain import settle_pending_lifecycle
-
     settle_pending_lifecycle(scope, row["action_id"])
     return record_of(updated)

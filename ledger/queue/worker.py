@@ -28,13 +28,13 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from ..actions.registry import load_action
 from ..auth.clients import client_layer
-from ..auth.principal import Principal
+from ..policy.principal import Principal
 from ..errors import Retryable
 from ..logs import bind_call, unbind_call, update_call
 from ..policy.chain import Chain
 from ..scope import Scope
 from ..metrics import observe_tree
-from .drain import settle_pending_lifecycle
+from ..actions.lifecycle import settle_pending_lifecycle
 from .start import QUEUE_CHANNEL
 
 log = logging.getLogger("ledger.worker")

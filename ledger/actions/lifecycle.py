@@ -1,12 +1,13 @@
-"""Started work that a disable or delete waits for."""
+"""An action's pending disable or delete, and the started work it waits for."""
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+
+from ..scope import Scope
 
 
-def has_unfinished_starts(scope: Any, action_id: uuid.UUID) -> bool:
+def has_unfinished_starts(scope: Scope, action_id: uuid.UUID) -> bool:
     row = scope.one(
         "SELECT 1 FROM executions WHERE tenant_id = %s AND action_id = %s AND started"
         " AND status IN ('QUEUED', 'RUNNING') LIMIT 1",
@@ -15,7 +16,7 @@ def has_unfinished_starts(scope: Any, action_id: uuid.UUID) -> bool:
     return row is not None
 
 
-def settle_pending_lifecycle(scope: Any, action_id: uuid.UUID) -> None:
+def settle_pending_lifecycle(scope: Scope, action_id: uuid.UUID) -> None:
     """Apply a pending disable or delete once the action's started executions have drained."""
     row = scope.one("SELECT pending FROM actions WHERE tenant_id = %s AND id = %s FOR UPDATE",
                     (scope.tenant_id, action_id))

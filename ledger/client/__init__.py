@@ -9,7 +9,7 @@
     started = client.start(action_id, {...})
     done = client.wait(started.execution_id, timeout=60)
 
-A request that fails with a GraphQL error raises `LedgerError` (code, message, hint, problems). A request
+A request that fails with a GraphQL error raises `LedgerRequestError` (code, message, hint, problems). A request
 the server answers `retryable` (a lost race, a passed deadline: it was rolled back) is sent again, with
 exponential backoff, a bounded number of times. `invoke` and `start` send an `executionId` (a new one
 unless given), so repeating them can never run an action twice: they are retried also when the
@@ -28,7 +28,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from .errors import LedgerError as _BaseLedgerError
+from .errors import LedgerRequestError, WaitTimeout
+from .publish import PublishResult, publish
 
 DEFAULT_URL = "http://127.0.0.1:8000/graphql"
 FINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
@@ -36,44 +37,6 @@ FINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 # (method, url, body, headers, timeout) -> (HTTP status, response body). Raises OSError when the
 # request could not be exchanged (urllib.error.URLError is one).
 Transport = Callable[[str, str, bytes, dict, float], "tuple[int, bytes]"]
-
-
-class LedgerError(_BaseLedgerError):
-    """An error the server answered (or the exchange failed with): code, message, hint, problems.
-
-    `errors` holds every GraphQL error of the response (the first is this one); `problems` the
-    `extensions.problems` of a definition or input error, each `{path, message}`.
-    """
-
-    def __init__(self, message: str, *, code: str, hint: str | None = None, problems: list[dict] | None = None,
-                 retryable: bool = False, path: list | None = None, errors: list[dict] | None = None,
-                 status: int | None = None, extensions: dict | None = None) -> None:
-        super().__init__(message, code=code, hint=hint, extensions=extensions)
-        self.problems = list(problems or [])
-        self.retryable = retryable
-        self.path = path
-        self.errors = list(errors or [])
-        self.status = status
-
-    @classmethod
-    def from_graphql(cls, errors: list[dict], status: int | None = None) -> "LedgerError":
-        first = errors[0] if errors and isinstance(errors[0], dict) else {"message": str(errors)}
-        ext = first.get("extensions") or {}
-        return cls(first.get("message") or "the server answered an error", code=ext.get("code") or "error",
-                   hint=ext.get("hint"), problems=ext.get("problems"), retryable=bool(ext.get("retryable")),
-                   path=first.get("path"), errors=errors, status=status, extensions=ext)
-
-    def __str__(self) -> str:
-        text = f"{self.code}: {self.message}"
-        for problem in self.problems:
-            text += f"\n  {problem.get('path')}: {problem.get('message')}"
-        if self.hint:
-            text += f"\n  hint: {self.hint}"
-        return text
-
-
-class WaitTimeout(LedgerError, TimeoutError):
-    """`wait` gave up before the execution reached a final status."""
 
 
 # ---------------------------------------------------------------------------- results
@@ -115,10 +78,10 @@ class Execution:
         return self.status == "FAILED"
 
     def check(self) -> "Execution":
-        """This execution if it succeeded (or is not final yet); else a LedgerError with its error."""
+        """This execution if it succeeded (or is not final yet); else a LedgerRequestError with its error."""
         if self.status in ("FAILED", "CANCELLED"):
             error = self.error or ExecutionError(self.status.lower(), f"the execution is {self.status}")
-            raise LedgerError(error.message, code=error.code, hint=error.hint)
+            raise LedgerRequestError(error.message, code=error.code, hint=error.hint)
         return self
 
     @classmethod
@@ -193,7 +156,7 @@ class LedgerClient:
 
     def query(self, document: str, variables: dict | None = None, *, operation_name: str | None = None,
               dry_run: bool = False, idempotent: bool = False) -> dict:
-        """The `data` of a request; raises LedgerError when the response carries errors.
+        """The `data` of a request; raises LedgerRequestError when the response carries errors.
 
         `dry_run` sends `Ledger-Dry-Run: true`: the server runs the request and rolls it back.
         `idempotent` says the request may safely be sent again after a failed exchange (not only
@@ -203,7 +166,7 @@ class LedgerClient:
         while True:
             try:
                 return self._once(document, variables, operation_name, dry_run)
-            except LedgerError as exc:
+            except LedgerRequestError as exc:
                 if attempt >= self.retries or not (exc.retryable or (idempotent and exc.code == "transport_error")):
                     raise
             attempt += 1
@@ -212,7 +175,7 @@ class LedgerClient:
 
     def _once(self, document: str, variables: dict | None, operation_name: str | None, dry_run: bool) -> dict:
         if not self.token:
-            raise LedgerError("no token to send", code="unauthenticated",
+            raise LedgerRequestError("no token to send", code="unauthenticated",
                               hint="set LEDGER_TOKEN (or pass a token); `ledger token` mints one")
         payload: dict[str, Any] = {"query": document, "variables": variables or {}}
         if operation_name:
@@ -227,7 +190,7 @@ class LedgerClient:
             status, body = self.transport("POST", self.url, json.dumps(payload).encode(), headers, self.timeout)
         except OSError as exc:
             reason = getattr(exc, "reason", None) or exc
-            raise LedgerError(f"cannot reach the ledger at {self.url}: {reason}", code="transport_error",
+            raise LedgerRequestError(f"cannot reach the ledger at {self.url}: {reason}", code="transport_error",
                               hint="check the URL (LEDGER_URL) and that `ledger serve` is running",
                               retryable=_refused(exc)) from exc
         try:
@@ -236,11 +199,11 @@ class LedgerClient:
             response = None
         if not isinstance(response, dict) or ("data" not in response and "errors" not in response):
             snippet = body[:200].decode(errors="replace")
-            raise LedgerError(f"the server answered HTTP {status} without a GraphQL response: {snippet}",
+            raise LedgerRequestError(f"the server answered HTTP {status} without a GraphQL response: {snippet}",
                               code="http_error", status=status, retryable=status == 503,
                               hint="check that the URL names the ledger's /graphql endpoint")
         if response.get("errors"):
-            raise LedgerError.from_graphql(response["errors"], status)
+            raise LedgerRequestError.from_graphql(response["errors"], status)
         return response.get("data") or {}
 
     # ------------------------------------------------------------------ executions
@@ -274,7 +237,7 @@ class LedgerClient:
         while True:
             last = self.execution(execution_id)
             if last is None:
-                raise LedgerError(f"no execution {execution_id}", code="not_found",
+                raise LedgerRequestError(f"no execution {execution_id}", code="not_found",
                                   hint="check the id (an execution started in a request that rolled back does not exist)")
             if last.final:
                 return last
@@ -296,11 +259,9 @@ class LedgerClient:
     # ------------------------------------------------------------------ publishing
 
     def publish(self, paths: Iterable[str | os.PathLike], dry_run: bool = False):
-        """Create or update and publish the tool definitions of `paths` (see ledger.publish).
+        """Create or update and publish the tool definitions of `paths` (see ledger.client.publish).
 
-        Returns a PublishResult; raises ledger.publish.DefinitionError for unreadable definitions and
-        ledger.publish.PublishRejected (a LedgerError) when the server rejects them.
+        Returns a PublishResult; raises ledger.client.publish.DefinitionError for unreadable definitions and
+        ledger.client.publish.PublishRejected (a LedgerRequestError) when the server rejects them.
         """
-        from .publish import publish
-
         return publish(self, paths, dry_run=dry_run)

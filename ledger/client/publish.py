@@ -27,17 +27,21 @@ fields in document order in one transaction: all of it happens, or none of it.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
-import sys
 import tomllib
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol
 
-from .client import DEFAULT_URL, LedgerClient, LedgerError
+from .errors import LedgerRequestError
+
+
+class Querying(Protocol):
+    """What publishing needs of a client: `ledger.client.LedgerClient` is one."""
+
+    def query(self, document: str, variables: dict | None = None, **options: Any) -> dict: ...
 
 TOP_KEYS = {"id", "name", "description", "kind", "src", "config", "tool", "policies", "tools", "execution",
             "enabled"}
@@ -89,10 +93,10 @@ class Located:
         return f"{self.file}: {self.message}"
 
 
-class PublishRejected(LedgerError):
+class PublishRejected(LedgerRequestError):
     """The server rejected the request; nothing was written. `located` maps each problem to its file."""
 
-    def __init__(self, error: LedgerError, located: list[Located], unchecked: list[str]) -> None:
+    def __init__(self, error: LedgerRequestError, located: list[Located], unchecked: list[str]) -> None:
         super().__init__(error.message, code=error.code, hint=error.hint, problems=error.problems,
                          retryable=error.retryable, path=error.path, errors=error.errors, status=error.status,
                          extensions=error.extensions)
@@ -371,7 +375,7 @@ def mutation_document(steps: list[Step]) -> tuple[str, dict]:
     return f"mutation Publish({', '.join(params)}) {{\n  actions {{\n    {body}\n  }}\n}}", variables
 
 
-def publish(client: LedgerClient, paths: Iterable[str | os.PathLike], *, dry_run: bool = False) -> PublishResult:
+def publish(client: Querying, paths: Iterable[str | os.PathLike], *, dry_run: bool = False) -> PublishResult:
     definitions = dependency_order(load(paths))
     document, variables = read_state_document(definitions)
     state = client.query(document, variables, idempotent=True)["actions"]
@@ -379,7 +383,7 @@ def publish(client: LedgerClient, paths: Iterable[str | os.PathLike], *, dry_run
     document, variables = mutation_document(steps)
     try:
         data = client.query(document, variables, dry_run=dry_run)["actions"]
-    except LedgerError as exc:
+    except LedgerRequestError as exc:
         raise PublishRejected(exc, locate_errors(exc, steps), unchecked_files(exc, steps)) from exc
     result = PublishResult(dry_run=dry_run)
     for i, step in enumerate(steps):
@@ -400,7 +404,7 @@ _VARIABLE = re.compile(r"\$(?:in|id)(\d+)\b")
 _VARIABLE_AT = re.compile(r"Variable '\$(?:in|id)\d+' (?:has|got) invalid value(?: at \.?(\S+?))?: (.*)", re.S)
 
 
-def locate_errors(error: LedgerError, steps: list[Step]) -> list[Located]:
+def locate_errors(error: LedgerRequestError, steps: list[Step]) -> list[Located]:
     """Every problem of the server's answer, with the file (and the path or line in it) it comes from."""
     located: list[Located] = []
     for raw in error.errors or [{"message": error.message, "extensions": error.extensions}]:
@@ -429,7 +433,7 @@ def locate_errors(error: LedgerError, steps: list[Step]) -> list[Located]:
     return located
 
 
-def unchecked_files(error: LedgerError, steps: list[Step]) -> list[str]:
+def unchecked_files(error: LedgerRequestError, steps: list[Step]) -> list[str]:
     """The files after the first failing one: their fields did not run (fields run in document order,
     and the request stops at the first failure)."""
     failed = [steps.index(step) for step in (_step_of(raw, steps) for raw in error.errors) if step is not None]
@@ -457,53 +461,3 @@ def _locate_problem(definition: Definition, path: str, message: str) -> Located:
     if path.startswith("config") and definition.source is not None:
         return Located(str(definition.file), message, key="src")
     return Located(str(definition.file), message, key=path or None)
-
-
-# ---------------------------------------------------------------------------- the command
-
-
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="definition files (*.toml) or directories of them")
-    parser.add_argument("--url", help=f"the GraphQL endpoint (env LEDGER_URL, default {DEFAULT_URL})")
-    parser.add_argument("--token", help="bearer token (env LEDGER_TOKEN)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="run everything on the server and roll it back (Ledger-Dry-Run: true)")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Exit codes: 0 published (or nothing to do), 1 the server rejected it or could not be reached,
-    2 the definition files or the options are wrong (nothing was sent)."""
-    token = args.token or os.environ.get("LEDGER_TOKEN")
-    if not token:
-        print("error: no token: set LEDGER_TOKEN or pass --token (`ledger token` mints one)", file=sys.stderr)
-        return 2
-    client = LedgerClient(args.url or os.environ.get("LEDGER_URL") or DEFAULT_URL, token)
-    try:
-        result = publish(client, args.paths, dry_run=args.dry_run)
-    except DefinitionError as exc:
-        print("error: nothing was published:", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"  {problem}", file=sys.stderr)
-        return 2
-    except PublishRejected as exc:
-        print(f"error: the server rejected the publish ({exc.code}); nothing was written:", file=sys.stderr)
-        for item in exc.located:
-            print(f"  {item}", file=sys.stderr)
-        if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
-        if exc.unchecked:
-            print(f"not checked (the request stopped at the first failure): {', '.join(exc.unchecked)}",
-                  file=sys.stderr)
-        return 1
-    except LedgerError as exc:
-        print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
-        return 1
-    if result.dry_run:
-        print(f"dry run against {client.url}: the server ran it and rolled it back; nothing was written")
-    for change in result.changes:
-        print(change.describe())
-    print(result.summary() + (" (dry run)" if result.dry_run else ""))
-    return 0
