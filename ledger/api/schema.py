@@ -10,7 +10,12 @@ import strawberry
 from graphql import specified_rules
 from strawberry.scalars import JSON
 
+from ..actions import registry
+from ..auth import clients
 from ..db.paging import clamp_first
+from ..domain import accounts
+from ..executions import invoke, records, sessions
+from ..queue import start
 from .context import mutation_step
 from .scalars import Int64
 from .types import (
@@ -191,29 +196,21 @@ def action_input_json(value: ActionInput) -> dict:
 class FinancialQuery:
     @strawberry.field
     def account(self, info: strawberry.Info, id: uuid.UUID) -> Optional[Account]:
-        from ..domain import accounts
-
         row = accounts.get_account(scope_of(info), id)
         return Account.from_row(row) if row else None
 
     @strawberry.field
     def accounts(self, info: strawberry.Info, first: Optional[int] = 50, after: Optional[str] = None) -> list[Account]:
-        from ..domain import accounts
-
         return [Account.from_row(r) for r in accounts.list_accounts(scope_of(info), clamp_first(first, 50), after)]
 
     @strawberry.field
     def transfer(self, info: strawberry.Info, id: uuid.UUID) -> Optional[Transfer]:
-        from ..domain import accounts
-
         row = accounts.get_transfer(scope_of(info), id)
         return Transfer.from_row(row) if row else None
 
     @strawberry.field
     def transfers(self, info: strawberry.Info, account_id: Optional[uuid.UUID] = None, first: Optional[int] = 50,
                   after: Optional[str] = None) -> list[Transfer]:
-        from ..domain import accounts
-
         rows = accounts.list_transfers(scope_of(info), account_id, clamp_first(first, 50), after)
         return [Transfer.from_row(r) for r in rows]
 
@@ -222,16 +219,12 @@ class FinancialQuery:
 class ActionsQuery:
     @strawberry.field
     def action(self, info: strawberry.Info, id: uuid.UUID, version: Optional[int] = None) -> Optional[Action]:
-        from ..actions import registry
-
         record = registry.get_action(scope_of(info), id, version)
         return Action.from_record(record) if record else None
 
     @strawberry.field
     def actions(self, info: strawberry.Info, where: Optional[ActionWhere] = None, first: Optional[int] = 100,
                 after: Optional[str] = None) -> list[Action]:
-        from ..actions import registry
-
         filters = {}
         if where is not None:
             filters = {"native": where.native, "name": where.name, "kind": where.kind,
@@ -241,15 +234,11 @@ class ActionsQuery:
 
     @strawberry.field
     def execution(self, info: strawberry.Info, id: uuid.UUID) -> Optional[ActionExecution]:
-        from ..executions import records
-
         record = records.get_execution(scope_of(info), id)
         return ActionExecution.from_record(record) if record else None
 
     @strawberry.field
     def session(self, info: strawberry.Info, id: uuid.UUID) -> Optional[Session]:
-        from ..executions import sessions
-
         row = sessions.get_session(scope_of(info), id)
         return Session.from_row(row) if row else None
 
@@ -279,16 +268,12 @@ class FinancialMutation:
     @strawberry.mutation
     @mutation_step
     def create_account(self, info: strawberry.Info, id: uuid.UUID, input: CreateAccountInput) -> Account:
-        from ..domain import accounts
-
         row = accounts.create_account(scope_of(info), id, input.name, input.currency, bool(input.allow_overdraft))
         return Account.from_row(row)
 
     @strawberry.mutation
     @mutation_step
     def create_transfer(self, info: strawberry.Info, id: uuid.UUID, input: CreateTransferInput) -> Transfer:
-        from ..domain import accounts
-
         row = accounts.create_transfer(scope_of(info), id, input.from_account_id, input.to_account_id,
                                        input.amount, input.memo)
         return Transfer.from_row(row)
@@ -299,29 +284,21 @@ class ClientsMutation:
     @strawberry.mutation
     @mutation_step
     def create_client(self, info: strawberry.Info, id: uuid.UUID, input: ClientInput) -> Client:
-        from ..auth import clients
-
         return Client.from_row(clients.create_client(scope_of(info), id, input.name, policies_json(input.policies)))
 
     @strawberry.mutation
     @mutation_step
     def update_client(self, info: strawberry.Info, id: uuid.UUID, input: ClientInput) -> Client:
-        from ..auth import clients
-
         return Client.from_row(clients.update_client(scope_of(info), id, input.name, policies_json(input.policies)))
 
     @strawberry.mutation
     @mutation_step
     def disable_client(self, info: strawberry.Info, id: uuid.UUID) -> Client:
-        from ..auth import clients
-
         return Client.from_row(clients.disable_client(scope_of(info), id))
 
     @strawberry.mutation
     @mutation_step
     def issue_token(self, info: strawberry.Info, client_id: uuid.UUID, ttl_seconds: Optional[int] = None) -> IssuedToken:
-        from ..auth import clients
-
         token, expires = clients.issue_token(scope_of(info), client_id, ttl_seconds)
         expires_at = datetime.datetime.fromtimestamp(expires, datetime.timezone.utc) if expires else None
         return IssuedToken(token=token, expires_at=expires_at)
@@ -332,50 +309,36 @@ class ActionsMutation:
     @strawberry.mutation
     @mutation_step
     def create_action(self, info: strawberry.Info, id: uuid.UUID, input: ActionInput) -> Action:
-        from ..actions import registry
-
         return Action.from_record(registry.create_action(scope_of(info), id, action_input_json(input)))
 
     @strawberry.mutation
     @mutation_step
     def update_action(self, info: strawberry.Info, id: uuid.UUID, input: ActionInput) -> Action:
-        from ..actions import registry
-
         return Action.from_record(registry.update_action(scope_of(info), id, action_input_json(input)))
 
     @strawberry.mutation
     @mutation_step
     def publish_action(self, info: strawberry.Info, id: uuid.UUID) -> Action:
-        from ..actions import registry
-
         return Action.from_record(registry.publish_action(scope_of(info), id))
 
     @strawberry.mutation
     @mutation_step
     def disable_action(self, info: strawberry.Info, id: uuid.UUID) -> Action:
-        from ..actions import registry
-
         return Action.from_record(registry.disable_action(scope_of(info), id))
 
     @strawberry.mutation
     @mutation_step
     def enable_action(self, info: strawberry.Info, id: uuid.UUID) -> Action:
-        from ..actions import registry
-
         return Action.from_record(registry.enable_action(scope_of(info), id))
 
     @strawberry.mutation
     @mutation_step
     def delete_action(self, info: strawberry.Info, id: uuid.UUID) -> Action:
-        from ..actions import registry
-
         return Action.from_record(registry.delete_action(scope_of(info), id))
 
     @strawberry.mutation
     @mutation_step
     def invoke_action(self, info: strawberry.Info, id: uuid.UUID, input: InvokeActionInput) -> ActionExecution:
-        from ..executions import invoke
-
         record = invoke.invoke_action(
             scope_of(info), id, input.execution_id, _given(input.action_version),
             None if input.input is strawberry.UNSET else input.input, _given(input.session_id),
@@ -385,8 +348,6 @@ class ActionsMutation:
     @strawberry.mutation
     @mutation_step
     def start_action(self, info: strawberry.Info, id: uuid.UUID, input: StartActionInput) -> ActionExecution:
-        from ..queue import start
-
         record = start.start_action(
             scope_of(info), id, input.execution_id, _given(input.action_version),
             None if input.input is strawberry.UNSET else input.input, _given(input.run_at),
@@ -396,15 +357,11 @@ class ActionsMutation:
     @strawberry.mutation
     @mutation_step
     def cancel_execution(self, info: strawberry.Info, id: uuid.UUID) -> ActionExecution:
-        from ..queue import start
-
         return ActionExecution.from_record(start.cancel_execution(scope_of(info), id))
 
     @strawberry.mutation
     @mutation_step
     def close_session(self, info: strawberry.Info, id: uuid.UUID) -> Session:
-        from ..executions import sessions
-
         return Session.from_row(sessions.close_session(scope_of(info), id))
 
 

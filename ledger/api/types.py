@@ -5,15 +5,17 @@ from __future__ import annotations
 import datetime
 import enum
 import uuid
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import strawberry
 from strawberry.scalars import JSON
 
+from ..actions import registry
+from ..db.paging import clamp_first
+from ..domain import accounts
+from ..executions import records, sessions
+from .context import RequestContext
 from .scalars import Int64
-
-if TYPE_CHECKING:
-    from .context import RequestContext
 
 
 def scope_of(info: strawberry.Info) -> Any:
@@ -140,9 +142,6 @@ class Account:
 
     @strawberry.field
     def transfers(self, info: strawberry.Info, first: Optional[int] = 20) -> list[Transfer]:
-        from ..db.paging import clamp_first
-        from ..domain import accounts
-
         rows = accounts.list_transfers(scope_of(info), self.id, clamp_first(first, 20), None)
         return [Transfer.from_row(r) for r in rows]
 
@@ -189,8 +188,6 @@ class ToolReference:
 
     @strawberry.field
     def action(self, info: strawberry.Info) -> Optional["Action"]:
-        from ..actions import registry
-
         record = registry.get_action(scope_of(info), self.action_id, self.action_version)
         return Action.from_record(record) if record else None
 
@@ -316,14 +313,10 @@ class ActionExecution:
 
     @strawberry.field
     def children(self, info: strawberry.Info) -> list["ActionExecution"]:
-        from ..executions import records
-
         return [ActionExecution.from_record(r) for r in records.children_of(scope_of(info), self.execution_id)]
 
     def _load_invocations(self, info: strawberry.Info) -> list[dict]:
         if self._invocations is None:
-            from ..executions import records
-
             self._invocations = records.invocations_of(scope_of(info), self.execution_id)
         return self._invocations
 
@@ -362,8 +355,6 @@ class Session:
 
     @strawberry.field
     def inputs(self, info: strawberry.Info) -> list[SessionInput]:
-        from ..executions import sessions
-
         return [SessionInput(execution_id=r["execution_id"], input=r["input"], created_at=r["created_at"])
                 for r in sessions.inputs_of(scope_of(info), self.id)]
 
