@@ -88,11 +88,6 @@ class CallTree:
                               "batch the work into fewer calls, or split it across several top-level calls")
 
 
-def child_execution_id(parent: uuid.UUID, attempt: int, sequence: int) -> uuid.UUID:
-    """Deterministic: the same program and input make the same calls with the same ids."""
-    return uuid.uuid5(parent, f"{attempt}:{sequence}")
-
-
 def tool_layer(record: dict) -> Layer:
     if record["native"]:
         return natives.NATIVE_TOOLS[record["name"]]["layer"]
@@ -400,7 +395,10 @@ class ToolHost:
     def _next_child(self) -> tuple[int, uuid.UUID]:
         self.tree.count_call()
         self.sequence += 1
-        return self.sequence, child_execution_id(self.pending.execution_id, self.pending.attempt, self.sequence)
+        # Deterministic (the same program and input make the same calls with the same ids), and keyed:
+        # no client can compute a child's id and take it first.
+        return self.sequence, self.scope.services.execution_ids.child(self.pending.execution_id,
+                                                                      self.pending.attempt, self.sequence)
 
     def _native_child(self, name: str, input: Any, sequence: int, child_id: uuid.UUID) -> PendingExecution:
         child = PendingExecution(

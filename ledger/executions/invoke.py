@@ -128,11 +128,38 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
     try:
         created_at = flush(scope, tree.pending)
     except psycopg.errors.UniqueViolation as exc:
+        taken = _derived_id_taken(scope, execution_id, tree.pending)
+        if taken is not None:
+            # A retry would derive the same id again and meet the same row: not `retryable`.
+            raise ExecutionIdConflict(
+                f"a call this execution made was given executionId {taken}, which an existing execution holds",
+                hint="call again with a new executionId: the ids of the calls it makes derive from it",
+            ) from exc
         retry = Retryable("another request recorded this executionId at the same time",
                           hint="retry: the repeat returns the recorded execution")
         retry.race = True
         raise retry from exc
     return pending.as_record(created_at)
+
+
+def _derived_id_taken(scope: Scope, execution_id: uuid.UUID, pending: list[PendingExecution]) -> uuid.UUID | None:
+    """After the tree's rows met existing ones: a child id the server derived that an older row holds.
+
+    The request's transaction is aborted, and PostgreSQL names no key in the error of a table under row
+    level security, so a short transaction of its own looks. When the call's own executionId is recorded
+    now, a concurrent request with it won (a race: the retry returns that record). Otherwise a derived
+    id held by an existing row is met again by every retry.
+    """
+    derived = [p.execution_id for p in pending[1:] if p.call_sequence is not None]
+    if not derived:
+        return None
+    with scope.services.db.transaction(scope.tenant_id, deadline=scope.deadline) as conn:
+        rows = conn.execute("SELECT id FROM executions WHERE tenant_id = %s AND id = ANY(%s)",
+                            (scope.tenant_id, [execution_id, *derived])).fetchall()
+    held = {row["id"] for row in rows}
+    if execution_id in held:
+        return None
+    return next((child for child in derived if child in held), None)
 
 
 def _cut_by_the_request_deadline(scope: Scope, record: dict, pending: PendingExecution, started: float) -> bool:
