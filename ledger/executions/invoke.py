@@ -94,6 +94,8 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
             tree.session = {"id": str(session["id"]), "input": session["input"]}
         scope.request_state[TREE_KEY] = tree
     parent = scope.writing_execution_id if not own_tree else None
+    # A nested invokeAction is a call of the tool running it, made by that tool's attempt.
+    parent_attempt = next((p.attempt for p in reversed(tree.pending) if p.execution_id == parent), 1) if parent else None
     try:
         if not own_tree:
             if len(tree.stack) > MAX_TOOL_DEPTH:
@@ -108,7 +110,7 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
                            root_execution_id=execution_id if own_tree else tree.pending[0].root_execution_id,
                            call_sequence=None, depth=0 if own_tree else len(tree.stack),
                            deadline=scope.deadline if own_tree or not tree.deadlines else tree.deadlines[-1],
-                           session_id=session["id"] if session else None)
+                           session_id=session["id"] if session else None, parent_attempt=parent_attempt)
     finally:
         if own_tree:
             scope.request_state.pop(TREE_KEY, None)
