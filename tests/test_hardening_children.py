@@ -223,3 +223,24 @@ def test_the_migration_assigns_attempts_and_rolled_back_to_rows_recorded_before_
         with psycopg.connect(pg_admin_url, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
             admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(owner)))
+
+
+def test_a_nested_invoke_inside_a_graphql_call_that_failed_is_rolled_back(api):
+    leaf = publish(api, tool("leaf", 'def run(event):\n    return 1\n'))
+    document = ('"""mutation($leaf: UUID!, $eid: UUID!, $t: UUID!, $nowhere: UUID!) {'
+                ' actions { invokeAction(id: $leaf, input: {executionId: $eid, input: {}}) { status } }'
+                ' financial { createTransfer(id: $t, input: {fromAccountId: $nowhere, toAccountId: $nowhere, amount: 1})'
+                ' { id } } }"""')
+    src = ('def run(event):\n    d = event["data"]\n'
+           f'    r = graphql({document}, variables={{"leaf": d["leaf"], "eid": d["eid"], "t": d["t"], "nowhere": d["t"]}},'
+           ' check=False)\n'
+           '    return [e["extensions"]["code"] for e in r["errors"]]\n')
+    caller = publish(api, tool("caller", src))
+    nested = str(uuid.uuid4())
+    result = invoke(api, caller, {"leaf": leaf, "eid": nested, "t": str(uuid.uuid4())})
+    assert result["status"] == "SUCCEEDED" and result["invocation"]["output"] == ["invalid_input"], result["invocation"]
+    read = tree(api, result["executionId"])
+    statuses = {c["executionId"]: (c["status"], c["rolledBack"]) for c in read["children"]}
+    # The graphql() call failed on its second field, which took the nested call's writes with it.
+    assert statuses[nested] == ("SUCCEEDED", True)
+    assert sorted(statuses.values()) == [("FAILED", False), ("SUCCEEDED", True)]

@@ -94,8 +94,12 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
             tree.session = {"id": str(session["id"]), "input": session["input"]}
         scope.request_state[TREE_KEY] = tree
     parent = scope.writing_execution_id if not own_tree else None
-    # A nested invokeAction is a call of the tool running it, made by that tool's attempt.
-    parent_attempt = next((p.attempt for p in reversed(tree.pending) if p.execution_id == parent), 1) if parent else None
+    parent_attempt = enclosing = None
+    if parent is not None:
+        # A nested invokeAction is a call of the tool running it, made by that tool's attempt, inside the
+        # innermost call still running (the graphql() call that sent it).
+        parent_attempt = next((p.attempt for p in reversed(tree.pending) if p.execution_id == parent), 1)
+        enclosing = next((p.execution_id for p in reversed(tree.pending) if p.status == "RUNNING"), None)
     try:
         if not own_tree:
             if len(tree.stack) > MAX_TOOL_DEPTH:
@@ -111,6 +115,7 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
                            call_sequence=None, depth=0 if own_tree else len(tree.stack),
                            deadline=scope.deadline if own_tree or not tree.deadlines else tree.deadlines[-1],
                            session_id=session["id"] if session else None, parent_attempt=parent_attempt)
+        pending.enclosing_execution_id = enclosing
     finally:
         if own_tree:
             scope.request_state.pop(TREE_KEY, None)

@@ -116,6 +116,9 @@ class PendingExecution:
     attempt: int = 1
     # The attempt of the parent that made this call (None for a top-level execution).
     parent_attempt: int | None = None
+    # The call whose savepoint enclosed this one, when not its parent: a nested invokeAction runs inside
+    # the graphql() call that made it, and goes with it when that call fails.
+    enclosing_execution_id: uuid.UUID | None = None
     # Set when the tree is written: recorded beneath a call that failed, so none of its writes remain.
     rolled_back: bool = False
     output: Any = None
@@ -170,11 +173,15 @@ def mark_rolled_back(pending: list[PendingExecution], above: tuple[PendingExecut
     itself keeps rolledBack false: its status already says that it left nothing.
     """
     by_id = {p.execution_id: p for p in (*above, *pending)}
+
+    def enclosing(call: PendingExecution) -> PendingExecution | None:
+        return by_id.get(call.enclosing_execution_id or call.parent_execution_id)
+
     for call in pending:
-        parent = by_id.get(call.parent_execution_id)
-        while parent is not None and not call.rolled_back:
-            call.rolled_back = parent.status == "FAILED"
-            parent = by_id.get(parent.parent_execution_id)
+        outer = enclosing(call)
+        while outer is not None and not call.rolled_back:
+            call.rolled_back = outer.status == "FAILED"
+            outer = enclosing(outer)
 
 
 def flush(scope: Scope, pending: list[PendingExecution],
