@@ -105,11 +105,12 @@ def test_a_started_execution_succeeding_on_a_later_attempt_shows_that_attempts_c
     create_account(api, "go")
     assert wait_for(api, execution_id)["status"] == "SUCCEEDED"
     read = tree(api, execution_id)
-    assert read["attempts"] == 2
+    # Usually two attempts; on a loaded machine the account may come after a second failed one.
+    assert read["attempts"] >= 2
     assert [(c["callSequence"], c["status"], c["rolledBack"]) for c in read["children"]] == [
         (1, "SUCCEEDED", False), (2, "SUCCEEDED", False)]
     assert [[(c["callSequence"], c["rolledBack"]) for c in i["children"]] for i in read["invocations"]] == [
-        [(1, True)], [(1, False), (2, False)]]
+        [(1, True)]] * (read["attempts"] - 1) + [[(1, False), (2, False)]]
 
 
 def test_an_invoked_tool_whose_failed_child_it_tolerates_keeps_its_siblings(api):
