@@ -9,6 +9,7 @@ from typing import Any
 from .auth.tokens import TokenService, load_signing_key
 from .config import Settings
 from .db.pool import Database
+from .executions.ids import ExecutionIds
 
 
 @dataclass
@@ -16,15 +17,18 @@ class Services:
     settings: Settings
     db: Database
     tokens: TokenService
+    # Derives child executionIds under a key from the signing secret (ledger/executions/ids.py).
+    execution_ids: ExecutionIds
     executors: Any = None  # ledger.runtime.ExecutorPool, started lazily on the first program run
     _executors_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def open(cls, settings: Settings, conninfo: str) -> "Services":
-        tokens = TokenService(load_signing_key(conninfo))
+        secret = load_signing_key(conninfo)
         db = Database.open(conninfo, min_size=settings.pool_min, max_size=settings.pool_max,
                            wait_timeout=settings.pool_wait, max_waiting=settings.pool_queue)
-        return cls(settings=settings, db=db, tokens=tokens)
+        return cls(settings=settings, db=db, tokens=TokenService(secret),
+                   execution_ids=ExecutionIds.from_secret(secret))
 
     def executor_pool(self):
         # Many request threads may ask at once on a fresh process: start exactly one pool.

@@ -47,6 +47,9 @@ class Scope:
     frames: tuple[ToolFrame, ...] = ()
     # State shared by every scope derived from one request (e.g. the running call tree).
     request_state: dict = field(default_factory=dict)
+    # A dry run (`Ledger-Dry-Run: true`) rolls the request back: work that would commit on a connection of
+    # its own (a session) stays in the request's transaction instead.
+    dry_run: bool = False
 
     @property
     def tenant_id(self) -> uuid.UUID:

@@ -2,6 +2,8 @@
 
 import uuid
 
+import pytest
+
 from helpers import balance, create_account, funded_account
 from invoke_helpers import invoke, publish, tool
 
@@ -19,8 +21,18 @@ def execution(api, execution_id: str) -> dict | None:
     return api.gql(READ_EXECUTION, {"id": execution_id})["actions"]["execution"]
 
 
+_server_ids = None
+
+
+@pytest.fixture(autouse=True)
+def _the_servers_child_ids(services):
+    """Child ids are keyed with the server's secret (DESIGN 17): only the test's own server can compute them."""
+    global _server_ids
+    _server_ids = services.execution_ids
+
+
 def child_id(parent: str, sequence: int, attempt: int = 1) -> str:
-    return str(uuid.uuid5(uuid.UUID(parent), f"{attempt}:{sequence}"))
+    return str(_server_ids.child(uuid.UUID(parent), attempt, sequence))
 
 
 def leaf_and_caller(api, caller_src: str, leaf_src: str = 'def run(event):\n    return {"doubled": event["data"]["n"] * 2}\n'):

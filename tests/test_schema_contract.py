@@ -22,12 +22,22 @@ def _contract_path() -> Path | None:
     return next((path for path in candidates if path.is_file()), None)
 
 
+# The parts of ../shared/contract/ (one file per DESIGN section) whose section is built: each extends
+# contract.graphql, and the schema must keep them too. A section that is built adds its file here.
+BUILT_SECTIONS = ["17-hardening.graphql"]
+
+
 @pytest.fixture(scope="module")
 def contract() -> str:
     path = _contract_path()
     if path is None:
         pytest.skip("the shared contract is absent: set LEDGER_CONTRACT or place it at ../shared/contract.graphql")
-    return path.read_text()
+    parts = [path.read_text()]
+    for name in BUILT_SECTIONS:
+        section = path.parent / "contract" / name
+        assert section.is_file(), f"the built section's contract {section} is missing"
+        parts.append(section.read_text())
+    return "\n".join(parts)
 
 
 def test_schema_graphql_is_exactly_the_generated_sdl():

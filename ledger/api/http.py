@@ -308,7 +308,8 @@ class GraphQLEndpoint:
                 principal, policies = load_principal(conn, claims.tenant_id, claims.client_id, claims.raw,
                                                      row=conn.ledger_first)
                 chain = Chain((client_layer(principal, policies),))
-                scope = Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline)
+                scope = Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline,
+                              dry_run=dry_run)
                 if operation_name is None and _operation_count(query) > 1:
                     raise _document_failure(
                         "the document has several operations: name the one to run with `operationName`")

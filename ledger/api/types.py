@@ -270,9 +270,15 @@ class Invocation:
         description="How long the attempt ran, in milliseconds (null while it runs)")
     output_bytes: Optional[int] = strawberry.field(
         description="The size in bytes of the attempt's result JSON: its output, or its error when it has none")
+    _execution_id: strawberry.Private[Optional[uuid.UUID]] = None
+
+    @strawberry.field(description="This attempt's calls, in call order")
+    def children(self, info: strawberry.Info) -> list["ActionExecution"]:
+        return [ActionExecution.from_record(r)
+                for r in records.children_of(scope_of(info), self._execution_id, self.attempt)]
 
     @classmethod
-    def from_record(cls, rec: dict) -> "Invocation":
+    def from_record(cls, rec: dict, execution_id: uuid.UUID) -> "Invocation":
         err = rec.get("error")
         return cls(
             input=rec.get("input"), output=rec.get("output"),
@@ -281,7 +287,7 @@ class Invocation:
                                 action_version=t["actionVersion"]) for t in rec.get("tools") or []],
             attempt=rec["attempt"], started_at=rec.get("started_at"), finished_at=rec.get("finished_at"),
             logs=list(rec.get("logs") or []), duration_ms=rec.get("duration_ms"),
-            output_bytes=rec.get("output_bytes"),
+            output_bytes=rec.get("output_bytes"), _execution_id=execution_id,
         )
 
 
@@ -300,20 +306,28 @@ class ActionExecution:
     event: ExecutionEvent
     session_id: Optional[uuid.UUID]
     created_at: datetime.datetime
+    rolled_back: bool = strawberry.field(
+        description="Recorded beneath a failed call, a rolled-back attempt or a preview: none of its writes remain")
     _invocations: strawberry.Private[Optional[list[dict]]] = None
 
     @strawberry.field
     def invocation(self, info: strawberry.Info) -> Optional[Invocation]:
         records = self._load_invocations(info)
-        return Invocation.from_record(records[-1]) if records else None
+        return Invocation.from_record(records[-1], self.execution_id) if records else None
 
     @strawberry.field
     def invocations(self, info: strawberry.Info) -> list[Invocation]:
-        return [Invocation.from_record(r) for r in self._load_invocations(info)]
+        return [Invocation.from_record(r, self.execution_id) for r in self._load_invocations(info)]
 
-    @strawberry.field
+    @strawberry.field(description="The latest attempt's calls, in call order")
     def children(self, info: strawberry.Info) -> list["ActionExecution"]:
-        return [ActionExecution.from_record(r) for r in records.children_of(scope_of(info), self.execution_id)]
+        scope = scope_of(info)
+        invocations = self._load_invocations(info)
+        if not invocations:  # queued, or running its first attempt: no call is recorded yet
+            scope.require("SELECT", records.EXECUTION_INDEX, index=True)
+            return []
+        return [ActionExecution.from_record(r)
+                for r in records.children_of(scope, self.execution_id, invocations[-1]["attempt"])]
 
     def _load_invocations(self, info: strawberry.Info) -> list[dict]:
         if self._invocations is None:
@@ -334,7 +348,7 @@ class ActionExecution:
                                  record_type=event.get("recordType"),
                                  record_id=uuid.UUID(event["recordId"]) if event.get("recordId") else None),
             session_id=rec.get("session_id"), created_at=rec["created_at"],
-            _invocations=rec.get("invocations"),
+            rolled_back=rec.get("rolled_back", False), _invocations=rec.get("invocations"),
         )
 
 

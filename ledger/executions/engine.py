@@ -88,11 +88,6 @@ class CallTree:
                               "batch the work into fewer calls, or split it across several top-level calls")
 
 
-def child_execution_id(parent: uuid.UUID, attempt: int, sequence: int) -> uuid.UUID:
-    """Deterministic: the same program and input make the same calls with the same ids."""
-    return uuid.uuid5(parent, f"{attempt}:{sequence}")
-
-
 def tool_layer(record: dict) -> Layer:
     if record["native"]:
         return natives.NATIVE_TOOLS[record["name"]]["layer"]
@@ -121,13 +116,15 @@ def response_deadline(record: dict, outer: float) -> float:
 def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, execution_id: uuid.UUID,
              parent_execution_id: uuid.UUID | None, root_execution_id: uuid.UUID, call_sequence: int | None,
              depth: int, deadline: float, session_id: uuid.UUID | None = None,
-             event_type: str = "action.invoked", attempt: int = 1) -> PendingExecution:
+             event_type: str = "action.invoked", attempt: int = 1,
+             parent_attempt: int | None = None) -> PendingExecution:
     pending = PendingExecution(
         execution_id=execution_id, action_id=record["action_id"], action_version=record["version"],
         status="RUNNING", parent_execution_id=parent_execution_id, root_execution_id=root_execution_id,
         call_sequence=call_sequence, depth=depth, client_id=scope.principal.client_id,
         event={"eventType": event_type, "data": input, "recordType": None, "recordId": None},
         input=input, session_id=session_id, started_at=_now(), attempt=attempt, action_name=record["name"],
+        parent_attempt=parent_attempt,
     )
     tree.pending.append(pending)
     deadline = response_deadline(record, deadline)
@@ -400,7 +397,10 @@ class ToolHost:
     def _next_child(self) -> tuple[int, uuid.UUID]:
         self.tree.count_call()
         self.sequence += 1
-        return self.sequence, child_execution_id(self.pending.execution_id, self.pending.attempt, self.sequence)
+        # Deterministic (the same program and input make the same calls with the same ids), and keyed:
+        # no client can compute a child's id and take it first.
+        return self.sequence, self.scope.services.execution_ids.child(self.pending.execution_id,
+                                                                      self.pending.attempt, self.sequence)
 
     def _native_child(self, name: str, input: Any, sequence: int, child_id: uuid.UUID) -> PendingExecution:
         child = PendingExecution(
@@ -408,7 +408,7 @@ class ToolHost:
             parent_execution_id=self.pending.execution_id, root_execution_id=self.pending.root_execution_id,
             call_sequence=sequence, depth=self.pending.depth + 1, client_id=self.scope.principal.client_id,
             event={"eventType": "action.invoked", "data": input, "recordType": None, "recordId": None},
-            input=input, started_at=_now(), action_name=name,
+            input=input, started_at=_now(), action_name=name, parent_attempt=self.pending.attempt,
         )
         self.tree.pending.append(child)
         return child
@@ -479,6 +479,7 @@ class ToolHost:
             event={"eventType": "action.invoked", "data": input, "recordType": None, "recordId": None},
             input=input, started_at=_now(), finished_at=_now(), action_name=target["name"],
             error={"code": failed.code, "message": failed.message, "hint": failed.hint},
+            parent_attempt=self.pending.attempt,
         )
         self.tree.pending.append(child)
         return child
@@ -509,7 +510,8 @@ class ToolHost:
             child = run_call(self.scope, self.tree, target, input, execution_id=child_id,
                              parent_execution_id=self.pending.execution_id,
                              root_execution_id=self.pending.root_execution_id, call_sequence=sequence,
-                             depth=self.pending.depth + 1, deadline=self.deadline)
+                             depth=self.pending.depth + 1, deadline=self.deadline,
+                             parent_attempt=self.pending.attempt)
             if (child.status == "FAILED" and child.error["code"] == "action_input_invalid"
                     and reference.get("input") and reference.get("actionVersion") is None):
                 child.error["hint"] = (f"the reference to {reference.get('name')!r} has no version, and version "

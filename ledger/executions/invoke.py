@@ -94,6 +94,12 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
             tree.session = {"id": str(session["id"]), "input": session["input"]}
         scope.request_state[TREE_KEY] = tree
     parent = scope.writing_execution_id if not own_tree else None
+    parent_attempt = enclosing = None
+    if parent is not None:
+        # A nested invokeAction is a call of the tool running it, made by that tool's attempt, inside the
+        # innermost call still running (the graphql() call that sent it).
+        parent_attempt = next((p.attempt for p in reversed(tree.pending) if p.execution_id == parent), 1)
+        enclosing = next((p.execution_id for p in reversed(tree.pending) if p.status == "RUNNING"), None)
     try:
         if not own_tree:
             if len(tree.stack) > MAX_TOOL_DEPTH:
@@ -108,7 +114,8 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
                            root_execution_id=execution_id if own_tree else tree.pending[0].root_execution_id,
                            call_sequence=None, depth=0 if own_tree else len(tree.stack),
                            deadline=scope.deadline if own_tree or not tree.deadlines else tree.deadlines[-1],
-                           session_id=session["id"] if session else None)
+                           session_id=session["id"] if session else None, parent_attempt=parent_attempt)
+        pending.enclosing_execution_id = enclosing
     finally:
         if own_tree:
             scope.request_state.pop(TREE_KEY, None)
@@ -128,11 +135,38 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
     try:
         created_at = flush(scope, tree.pending)
     except psycopg.errors.UniqueViolation as exc:
+        taken = _derived_id_taken(scope, execution_id, tree.pending)
+        if taken is not None:
+            # A retry would derive the same id again and meet the same row: not `retryable`.
+            raise ExecutionIdConflict(
+                f"a call this execution made was given executionId {taken}, which an existing execution holds",
+                hint="call again with a new executionId: the ids of the calls it makes derive from it",
+            ) from exc
         retry = Retryable("another request recorded this executionId at the same time",
                           hint="retry: the repeat returns the recorded execution")
         retry.race = True
         raise retry from exc
     return pending.as_record(created_at)
+
+
+def _derived_id_taken(scope: Scope, execution_id: uuid.UUID, pending: list[PendingExecution]) -> uuid.UUID | None:
+    """After the tree's rows met existing ones: a child id the server derived that an older row holds.
+
+    The request's transaction is aborted, and PostgreSQL names no key in the error of a table under row
+    level security, so a short transaction of its own looks. When the call's own executionId is recorded
+    now, a concurrent request with it won (a race: the retry returns that record). Otherwise a derived
+    id held by an existing row is met again by every retry.
+    """
+    derived = [p.execution_id for p in pending[1:] if p.call_sequence is not None]
+    if not derived:
+        return None
+    with scope.services.db.transaction(scope.tenant_id, deadline=scope.deadline) as conn:
+        rows = conn.execute("SELECT id FROM executions WHERE tenant_id = %s AND id = ANY(%s)",
+                            (scope.tenant_id, [execution_id, *derived])).fetchall()
+    held = {row["id"] for row in rows}
+    if execution_id in held:
+        return None
+    return next((child for child in derived if child in held), None)
 
 
 def _cut_by_the_request_deadline(scope: Scope, record: dict, pending: PendingExecution, started: float) -> bool:

@@ -21,7 +21,7 @@ EXECUTION_INDEX = "financial.ActionExecution.indexes.children"
 
 _COLUMNS = ("tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
             " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input,"
-            " session_id, created_at")
+            " session_id, created_at, parent_attempt, rolled_back")
 
 
 def execution_document(row: dict) -> dict:
@@ -53,7 +53,8 @@ def _record(row: dict, invocations: list[dict] | None = None) -> dict:
         "depth": row["depth"], "attempts": row["attempts"], "started": row["started"],
         "started_by": row["started_by_execution_id"], "event": row["event"], "input": row["input"],
         "session_id": row["session_id"], "created_at": row["created_at"], "client_id": row["client_id"],
-        "invocations": invocations,
+        # Rows read without the column (a start, a cancel) are top-level executions: never rolled back.
+        "rolled_back": bool(row.get("rolled_back")), "invocations": invocations,
     }
 
 
@@ -75,11 +76,13 @@ def record_of(row: dict, invocations: list[dict] | None = None) -> dict:
     return _record(row, invocations)
 
 
-def children_of(scope: Scope, execution_id: uuid.UUID) -> list[dict]:
+def children_of(scope: Scope, execution_id: uuid.UUID, attempt: int) -> list[dict]:
+    """The calls that attempt `attempt` of the execution made, in call order: a listing, under its index."""
+    scope.require("SELECT", EXECUTION_INDEX, index=True)
     rows = scope.all(
         f"SELECT {_COLUMNS} FROM executions WHERE tenant_id = %s AND parent_execution_id = %s"
-        " ORDER BY call_sequence, created_at, id",
-        (scope.tenant_id, execution_id),
+        " AND parent_attempt = %s ORDER BY call_sequence, created_at, id",
+        (scope.tenant_id, execution_id, attempt),
     )
     return [_record(r) for r in rows if scope.allows("SELECT", EXECUTION, execution_document(r))]
 
@@ -111,6 +114,13 @@ class PendingExecution:
     input: Any
     session_id: uuid.UUID | None = None
     attempt: int = 1
+    # The attempt of the parent that made this call (None for a top-level execution).
+    parent_attempt: int | None = None
+    # The call whose savepoint enclosed this one, when not its parent: a nested invokeAction runs inside
+    # the graphql() call that made it, and goes with it when that call fails.
+    enclosing_execution_id: uuid.UUID | None = None
+    # Set when the tree is written: recorded beneath a call that failed, so none of its writes remain.
+    rolled_back: bool = False
     output: Any = None
     error: dict | None = None
     tools: list[dict] = field(default_factory=list)
@@ -145,7 +155,7 @@ class PendingExecution:
             "root_execution_id": self.root_execution_id, "call_sequence": self.call_sequence,
             "depth": self.depth, "attempts": self.attempt, "started": False, "started_by": None,
             "event": self.event, "input": self.input, "session_id": self.session_id, "created_at": created_at,
-            "client_id": self.client_id, "invocations": [invocation],
+            "client_id": self.client_id, "rolled_back": self.rolled_back, "invocations": [invocation],
         }
 
 
@@ -156,23 +166,46 @@ def record_json(value: Any) -> Jsonb:
     return Jsonb(value, dumps=storable_json)
 
 
-def flush(scope: Scope, pending: list[PendingExecution]) -> datetime.datetime:
+def mark_rolled_back(pending: list[PendingExecution], above: tuple[PendingExecution, ...] = ()) -> None:
+    """Mark every call recorded beneath a call that failed (`above`: its callers not written here).
+
+    A failed call's savepoint took everything beneath it, however those calls ended. The failed call
+    itself keeps rolledBack false: its status already says that it left nothing.
+    """
+    by_id = {p.execution_id: p for p in (*above, *pending)}
+
+    def enclosing(call: PendingExecution) -> PendingExecution | None:
+        return by_id.get(call.enclosing_execution_id or call.parent_execution_id)
+
+    for call in pending:
+        outer = enclosing(call)
+        while outer is not None and not call.rolled_back:
+            call.rolled_back = outer.status == "FAILED"
+            outer = enclosing(outer)
+
+
+def flush(scope: Scope, pending: list[PendingExecution],
+          above: tuple[PendingExecution, ...] = ()) -> datetime.datetime:
     """Write buffered executions and their invocations; returns their created_at.
 
-    Every finished call of a tree passes here once: its metrics and its log line are taken here too.
+    `above`: the tree's calls written elsewhere (a started execution's own row), which decide, with
+    `pending`, what was rolled back. Every finished call of a tree passes here once: its metrics and its
+    log line are taken here too.
     """
     if not pending:
         return scope.one("SELECT now() AS now")["now"]
+    mark_rolled_back(pending, above)
     # now() and both inserts go to the server together: one round trip (a pipeline).
     with scope.conn.pipeline(), scope.conn.cursor() as cur:
         now_cursor = scope.conn.execute("SELECT now() AS now")
         cur.executemany(
             "INSERT INTO executions (tenant_id, id, action_id, action_version, status, parent_execution_id,"
-            " root_execution_id, call_sequence, depth, attempts, client_id, event, input, session_id)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            " root_execution_id, call_sequence, depth, attempts, client_id, event, input, session_id,"
+            " parent_attempt, rolled_back)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             [(scope.tenant_id, p.execution_id, p.action_id, p.action_version, p.status, p.parent_execution_id,
               p.root_execution_id, p.call_sequence, p.depth, p.attempt, p.client_id, record_json(p.event),
-              record_json(p.input), p.session_id) for p in pending],
+              record_json(p.input), p.session_id, p.parent_attempt, p.rolled_back) for p in pending],
         )
         cur.executemany(
             "INSERT INTO invocations (tenant_id, execution_id, attempt, input, output, error, tools, logs,"

@@ -36,39 +36,45 @@ def require_session_grants(scope: Scope) -> None:
 
 
 def find_or_create(scope: Scope, action_id: uuid.UUID, session_id: uuid.UUID | None, input: Any) -> dict:
-    """The session of this call, committed in its own transaction."""
-    services = scope.services
-    with services.db.transaction(scope.tenant_id, deadline=scope.deadline) as conn:
-        own = replace(scope, conn=conn)
-        if session_id is not None:
-            row = own.one(f"SELECT {_COLUMNS} FROM sessions WHERE tenant_id = %s AND id = %s", (scope.tenant_id, session_id))
-            if row is None or row["client_id"] != scope.principal.client_id or row["action_id"] != action_id:
-                raise SessionNotCallable(f"no session {session_id} of this client for this action",
-                                         hint="omit sessionId to use (or start) your open session for the action")
-            own.require("SELECT", SESSION, row)
-            if row["closed"]:
-                raise SessionNotCallable(f"session {session_id} is closed",
-                                         hint="omit sessionId to start a new session")
-            return row
-        row = own.one(f"SELECT {_COLUMNS} FROM sessions WHERE tenant_id = %s AND client_id = %s AND action_id = %s"
-                      " AND NOT closed", (scope.tenant_id, scope.principal.client_id, action_id))
-        if row is not None:
-            own.require("SELECT", SESSION, row)
-            return row
-        new_id = uuid.uuid4()
-        candidate = {"tenant_id": scope.tenant_id, "id": new_id, "action_id": action_id,
-                     "client_id": scope.principal.client_id, "input": input, "closed": False}
-        own.require("INSERT", SESSION, candidate)
-        own.require("SELECT", SESSION, candidate)
-        row = own.one(
-            f"INSERT INTO sessions (tenant_id, id, action_id, client_id, input) VALUES (%s, %s, %s, %s, %s)"
-            f" ON CONFLICT (tenant_id, client_id, action_id) WHERE NOT closed DO NOTHING RETURNING {_COLUMNS}",
-            (scope.tenant_id, new_id, action_id, scope.principal.client_id, Jsonb(input)),
-        )
-        if row is None:  # a concurrent call created it first
-            row = own.one(f"SELECT {_COLUMNS} FROM sessions WHERE tenant_id = %s AND client_id = %s"
-                          " AND action_id = %s AND NOT closed", (scope.tenant_id, scope.principal.client_id, action_id))
+    """The session of this call, committed in its own transaction (in a dry run: in the request's, which
+    rolls back, so that a dry run leaves no session behind)."""
+    if scope.dry_run:
+        with scope.savepoint():
+            return _find_or_create(scope, action_id, session_id, input)
+    with scope.services.db.transaction(scope.tenant_id, deadline=scope.deadline) as conn:
+        return _find_or_create(replace(scope, conn=conn), action_id, session_id, input)
+
+
+def _find_or_create(scope: Scope, action_id: uuid.UUID, session_id: uuid.UUID | None, input: Any) -> dict:
+    if session_id is not None:
+        row = scope.one(f"SELECT {_COLUMNS} FROM sessions WHERE tenant_id = %s AND id = %s", (scope.tenant_id, session_id))
+        if row is None or row["client_id"] != scope.principal.client_id or row["action_id"] != action_id:
+            raise SessionNotCallable(f"no session {session_id} of this client for this action",
+                                     hint="omit sessionId to use (or start) your open session for the action")
+        scope.require("SELECT", SESSION, row)
+        if row["closed"]:
+            raise SessionNotCallable(f"session {session_id} is closed",
+                                     hint="omit sessionId to start a new session")
         return row
+    row = scope.one(f"SELECT {_COLUMNS} FROM sessions WHERE tenant_id = %s AND client_id = %s AND action_id = %s"
+                    " AND NOT closed", (scope.tenant_id, scope.principal.client_id, action_id))
+    if row is not None:
+        scope.require("SELECT", SESSION, row)
+        return row
+    new_id = uuid.uuid4()
+    candidate = {"tenant_id": scope.tenant_id, "id": new_id, "action_id": action_id,
+                 "client_id": scope.principal.client_id, "input": input, "closed": False}
+    scope.require("INSERT", SESSION, candidate)
+    scope.require("SELECT", SESSION, candidate)
+    row = scope.one(
+        f"INSERT INTO sessions (tenant_id, id, action_id, client_id, input) VALUES (%s, %s, %s, %s, %s)"
+        f" ON CONFLICT (tenant_id, client_id, action_id) WHERE NOT closed DO NOTHING RETURNING {_COLUMNS}",
+        (scope.tenant_id, new_id, action_id, scope.principal.client_id, Jsonb(input)),
+    )
+    if row is None:  # a concurrent call created it first
+        row = scope.one(f"SELECT {_COLUMNS} FROM sessions WHERE tenant_id = %s AND client_id = %s"
+                        " AND action_id = %s AND NOT closed", (scope.tenant_id, scope.principal.client_id, action_id))
+    return row
 
 
 def record_input(scope: Scope, session: dict, execution_id: uuid.UUID, input: Any) -> None:

@@ -325,7 +325,7 @@ def run_attempt(services: Any, job: Job) -> str:
                 if job.cancel or _cancel_requested_now(services, job):
                     raise Cancelled()
                 if len(tree.pending) > 1:  # the calls it made (the execution itself is written by _finish)
-                    flush(scope, tree.pending[1:])
+                    flush(scope, tree.pending[1:], above=(pending,))
                 return _finish(conn, services, job, execution, attempt, record, pending, started_at, scope=scope)
         except Cancelled:
             return _finish_cancelled(services, job, execution, deadline, started_at)

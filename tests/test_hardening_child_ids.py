@@ -1,0 +1,66 @@
+"""Child executionIds are derived with a server-held key: no client can take one in advance (DESIGN 17)."""
+
+from __future__ import annotations
+
+import uuid
+
+from invoke_helpers import INVOKE, invoke, publish, tool
+
+CEL_TWICE = 'def run(event):\n    cel("1 + 1", {})\n    return cel("2 + 2", {})\n'
+
+
+def _old_scheme_child_id(parent: str, sequence: int, attempt: int = 1) -> str:
+    """What child ids were before DESIGN 17: computable by anyone who knows the parent's executionId."""
+    return str(uuid.uuid5(uuid.UUID(parent), f"{attempt}:{sequence}"))
+
+
+def _squat(api, action_id: str, execution_id: str) -> None:
+    assert invoke(api, action_id, execution_id=execution_id)["status"] == "SUCCEEDED"
+
+
+def test_a_child_id_computed_the_old_way_and_used_first_no_longer_wedges_its_parent(api):
+    caller = publish(api, tool("caller", CEL_TWICE))
+    squatter = publish(api, tool("squatter", 'def run(event):\n    return 1\n'))
+    parent = str(uuid.uuid4())
+    _squat(api, squatter, _old_scheme_child_id(parent, 1))
+    _squat(api, squatter, _old_scheme_child_id(parent, 2))
+    result = invoke(api, caller, execution_id=parent)
+    assert result["status"] == "SUCCEEDED", result
+    assert result["invocation"]["output"] == 4
+    assert {c["executionId"] for c in result["children"]}.isdisjoint(
+        {_old_scheme_child_id(parent, 1), _old_scheme_child_id(parent, 2)})
+
+
+def test_child_ids_are_deterministic_for_a_repeat_and_across_processes(api, services, settings, db_url):
+    from ledger.app_services import Services
+
+    caller = publish(api, tool("caller", CEL_TWICE))
+    parent = str(uuid.uuid4())
+    first = invoke(api, caller, execution_id=parent)
+    repeat = invoke(api, caller, execution_id=parent)
+    ids = [c["executionId"] for c in first["children"]]
+    assert [c["executionId"] for c in repeat["children"]] == ids
+    # Another process against the same database derives the same ids (the key comes from the shared secret).
+    other = Services.open(settings, db_url)
+    try:
+        assert [str(other.execution_ids.child(uuid.UUID(parent), 1, n)) for n in (1, 2)] == ids
+    finally:
+        other.close()
+    for child in ids:
+        # A valid RFC 9562 UUID of version 8 (custom), with the RFC variant.
+        assert uuid.UUID(child).version == 8 and uuid.UUID(child).variant == uuid.RFC_4122
+
+
+def test_a_child_id_already_taken_fails_the_call_with_a_clear_code_that_is_not_retryable(api, services):
+    caller = publish(api, tool("caller", CEL_TWICE))
+    squatter = publish(api, tool("squatter", 'def run(event):\n    return 1\n'))
+    parent = str(uuid.uuid4())
+    # Only a holder of the server's key can compute this; a row may hold it from before the key, or by chance.
+    _squat(api, squatter, str(services.execution_ids.child(uuid.UUID(parent), 1, 2)))
+    for _ in range(2):
+        error = api.error(INVOKE, {"id": caller, "input": {"executionId": parent, "input": {}}})
+        assert error["extensions"]["code"] == "execution_id_conflict", error
+        assert not error["extensions"].get("retryable")
+        assert "new executionId" in error["extensions"]["hint"]
+    fresh = invoke(api, caller)
+    assert fresh["status"] == "SUCCEEDED"
