@@ -152,3 +152,17 @@ def test_a_normal_cel_call_still_works_and_is_recorded(api):
     result = invoke(api, caller, {"x": 41})
     assert result["status"] == "SUCCEEDED" and result["invocation"]["output"] == 42
     assert [(c["status"], c["invocation"]["output"]) for c in result["children"]] == [("SUCCEEDED", {"value": 42})]
+
+
+def test_a_policy_assertion_past_the_bounds_cannot_be_evaluated_and_costs_the_server_nothing():
+    from ledger.policy.cel import compile_assertion
+
+    assertion = compile_assertion("size(" + bomb_text(256, "context.document.name") + ") > 0")
+    before = rss_bytes()
+    started = time.monotonic()
+    verdict = assertion.evaluate({"clientId": "c"}, {"document": {"name": "x" * 1_000_000}}, None)
+    assert verdict is None  # "cannot be evaluated": a deny statement denies, an allow statement does not allow
+    assert time.monotonic() - started < 0.5
+    assert rss_bytes() - before < 50 * MB
+    # Over small documents the same assertion is evaluated.
+    assert assertion.evaluate({"clientId": "c"}, {"document": {"name": "ab"}}, None) is True
