@@ -36,8 +36,9 @@ _WORD = 8
 _READ_DIVISOR = 16
 _SEARCH_DIVISOR = 16
 _PATTERN_FACTOR = 16
-# An expression with fewer calls than this, none of which builds a value or searches, and without
-# comprehensions, does work linear in its (bounded) inputs: it is not walked at each evaluation.
+# An expression with fewer calls than this, none of which builds a value or searches, with no
+# comprehension and only constant list and map literals, does work linear in its (bounded) inputs:
+# it is not walked at each evaluation.
 _FLAT_CALLS = 32
 
 # Functions whose result is a scalar (or a small fixed-size value) and which only read their arguments.
@@ -45,7 +46,7 @@ _READING = frozenset({
     "_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_", "@in", "size", "startsWith", "endsWith",
 })
 _SCALAR = _READING | frozenset({
-    "_&&_", "_||_", "!_", "@not_strictly_false", "@not_strictly_false", "not_strictly_false",
+    "_&&_", "_||_", "!_", "@not_strictly_false",
     "_-_", "_*_", "_/_", "_%_", "-_", "int", "uint", "double", "bool", "timestamp", "duration", "type",
     "getFullYear", "getMonth", "getDate", "getDayOfMonth", "getDayOfYear", "getDayOfWeek", "getHours",
     "getMinutes", "getSeconds", "getMilliseconds", "uuid",
@@ -172,8 +173,14 @@ def _is_flat(tree: tuple) -> bool:
     while pending:
         node = pending.pop()
         kind = node[0]
-        if kind in ("comp", "list", "map"):
+        if kind == "comp":
             return False
+        if kind == "list":
+            if any(element[0] != "const" for element in node[1]):
+                return False
+        elif kind == "map":
+            if any(key[0] != "const" or value[0] != "const" for key, value in node[1]):
+                return False
         if kind == "select":
             pending.append(node[1])
         elif kind == "call":
@@ -451,4 +458,10 @@ def check(plan: Plan, variables: dict[str, Any]) -> None:
     """Raise BoundExceeded when evaluating the plan over `variables` could exceed the bounds."""
     if plan.flat:
         return
-    _Walk().shape(plan.tree, {name: DataShape(value) for name, value in variables.items()})
+    try:
+        _Walk().shape(plan.tree, {name: DataShape(value) for name, value in variables.items()})
+    except RecursionError:
+        raise BoundExceeded(
+            "the CEL expression could not be evaluated: its variables are nested too deeply to bound it",
+            "pass flatter values",
+        ) from None
