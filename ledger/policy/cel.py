@@ -10,6 +10,10 @@ Two kinds of expression live here:
 Both get standard CEL plus `uuid(string)`. "Cannot be evaluated" (a missing key, a type mismatch at run
 time, a malformed uuid, the iteration budget) is kept distinct from `false`: the policy engine treats
 the two differently.
+
+Every expression is bounded (DESIGN section 17): its text at most 16 KiB when it is compiled, and
+before each evaluation `cel_bounds` refuses one that could build a value over 1 MiB or do too much
+work over the actual variables. cel-cpp holds the GIL and cannot be stopped once it evaluates.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from typing import Any
 from cel_expr_python import cel
 
 from ledger.errors import LedgerError
+from ledger.policy import cel_bounds
+from ledger.policy.cel_bounds import MAX_EXPRESSION_BYTES, BoundExceeded, Plan, plan_of
 
 ASSERTION_VARIABLES = ("principal", "context", "action")
 
@@ -118,12 +124,19 @@ def readable_evaluation_error(raw: str) -> str:
     return text.replace("Key not found in map : ", "no such key: ")
 
 
-def _compile(env: cel.Env, text: str, what: str) -> cel.Expression:
+def _compile(env: cel.Env, text: str, what: str) -> tuple[cel.Expression, Plan]:
     if not text.strip():
         raise CelError(f"the {what} is empty", hint="write an expression, e.g. `x > 3`")
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_EXPRESSION_BYTES:
+        raise CelError(
+            f"the {what} is {size:,} bytes long, over the limit of {MAX_EXPRESSION_BYTES:,} bytes (16 KiB)",
+            hint="write a shorter expression: pass data as variables rather than as literals",
+        )
     try:
         with _compile_lock:
-            return env.compile(text)
+            expression = env.compile(text)
+            return expression, plan_of(expression.serialize())
     except RuntimeError as error:
         raise CelError(
             f"the {what} does not compile: {readable_compile_error(str(error))}",
@@ -243,16 +256,23 @@ def assertion_activation(principal: Any, context: Any, action: Any) -> cel.Activ
 class CompiledAssertion:
     """A policy assertion compiled once; evaluates to True, False or None (cannot be evaluated)."""
 
-    __slots__ = ("text", "_expression")
+    __slots__ = ("text", "_expression", "_plan")
 
-    def __init__(self, text: str, expression: cel.Expression) -> None:
+    def __init__(self, text: str, expression: cel.Expression, plan: Plan) -> None:
         self.text = text
         self._expression = expression
+        self._plan = plan
 
     def evaluate(self, principal: dict, context: dict, action: dict | None) -> bool | None:
-        return self.evaluate_in(assertion_activation(cel_data(principal), cel_data(context), cel_data(action)))
+        variables = {"principal": cel_data(principal), "context": cel_data(context), "action": cel_data(action)}
+        return self.evaluate_in(assertion_activation(**variables), variables)
 
-    def evaluate_in(self, activation: cel.Activation) -> bool | None:
+    def evaluate_in(self, activation: cel.Activation, variables: Mapping[str, Any]) -> bool | None:
+        """`variables` are the activation's data (in cel_data shapes), for the bound on what it may build."""
+        try:
+            cel_bounds.check(self._plan, variables)
+        except BoundExceeded:
+            return None  # an assertion past the bounds cannot be evaluated
         try:
             result = self._expression.eval(activation).plain_value()
         except Exception:  # the iteration budget raises instead of yielding an error value
@@ -270,7 +290,7 @@ class CompiledAssertion:
 def _compile_assertion_cached(text: str) -> CompiledAssertion | CelError:
     # Failures are cached too, so a bad text sent over and over does not recompile each time.
     try:
-        expression = _compile(_assertion_env(), text, "assertion")
+        expression, plan = _compile(_assertion_env(), text, "assertion")
     except CelError as error:
         return error
     result_type = expression.return_type()
@@ -279,7 +299,7 @@ def _compile_assertion_cached(text: str) -> CompiledAssertion | CelError:
             f"the assertion must be a boolean expression (this one is of type {result_type.name().lower()})",
             hint="compare or test something, e.g. `context.document.currency == \"EUR\"`",
         )
-    return CompiledAssertion(text, expression)
+    return CompiledAssertion(text, expression, plan)
 
 
 def compile_assertion(text: str) -> CompiledAssertion:
@@ -308,14 +328,14 @@ def _variable_names(names: Iterable[Any]) -> frozenset[str]:
 
 
 @lru_cache(maxsize=_EXPRESSION_CACHE_SIZE)
-def _compile_expression_cached(names: frozenset[str], text: str) -> cel.Expression | CelError:
+def _compile_expression_cached(names: frozenset[str], text: str) -> tuple[cel.Expression, Plan] | CelError:
     try:
         return _compile(_env_for(names), text, "CEL expression")
     except CelError as error:
         return error
 
 
-def _compiled_expression(text: str, names: frozenset[str]) -> cel.Expression:
+def _compiled_expression(text: str, names: frozenset[str]) -> tuple[cel.Expression, Plan]:
     if not isinstance(text, str):
         raise CelError("a CEL expression must be a string", hint="pass the expression as text")
     compiled = _compile_expression_cached(names, text)
@@ -333,8 +353,12 @@ def evaluate_expression(text: str, variables: Mapping[str, Any]) -> Any:
     """Evaluate `text` over `variables` (each declared dyn) and return the result as JSON."""
     if not isinstance(variables, Mapping):
         raise CelError("the variables of a CEL expression must be an object", hint="pass e.g. {\"x\": 5}")
-    expression = _compiled_expression(text, _variable_names(variables))
+    expression, plan = _compiled_expression(text, _variable_names(variables))
     data = {name: cel_data(value) for name, value in variables.items()}
+    try:
+        cel_bounds.check(plan, data)
+    except BoundExceeded as exceeded:
+        raise CelError(exceeded.message, hint=exceeded.hint) from None
     try:
         value = expression.eval(data=data)
     except RuntimeError as error:  # the iteration budget raises instead of yielding an error value

@@ -42,7 +42,7 @@ class _DecisionInput:
     every layer (cel-expr-python converts the data once per activation)."""
 
     __slots__ = ("_operation", "_resource", "_principal", "_document", "_has_document", "_action", "_activation",
-                 "_key")
+                 "_variables", "_key")
 
     def __init__(
         self, operation: str, resource: str, principal: Any, document: Any, has_document: bool, action: Any
@@ -54,6 +54,7 @@ class _DecisionInput:
         self._has_document = has_document
         self._action = action
         self._activation: cel.Activation | None = None
+        self._variables: dict[str, Any] = {}
         self._key: tuple | None = None
 
     def key(self) -> tuple | None:
@@ -72,8 +73,14 @@ class _DecisionInput:
             context: dict[str, Any] = {"operation": self._operation, "resource": self._resource}
             if self._has_document:  # absent, not null, so `context.document.x` cannot be evaluated
                 context["document"] = cel_data(self._document)
-            self._activation = assertion_activation(cel_data(self._principal), context, cel_data(self._action))
+            self._variables = {"principal": cel_data(self._principal), "context": context,
+                               "action": cel_data(self._action)}
+            self._activation = assertion_activation(**self._variables)
         return self._activation
+
+    def variables(self) -> dict[str, Any]:
+        """The activation's data (after `activation()`), for the bound on what an assertion builds."""
+        return self._variables
 
 
 def _frozen(value: Any) -> Any:
@@ -168,7 +175,7 @@ class Layer:
         for position, assertion in plan.denies:
             if assertion is None:
                 return f"denied by statement policies[{position}]"
-            verdict = assertion.evaluate_in(decision.activation())
+            verdict = assertion.evaluate_in(decision.activation(), decision.variables())
             if verdict is None:
                 return f"denied by statement policies[{position}] (its assertion cannot be evaluated)"
             if verdict:
@@ -177,7 +184,7 @@ class Layer:
         for position, assertion in plan.allows:
             if assertion is None:
                 return None
-            verdict = assertion.evaluate_in(decision.activation())
+            verdict = assertion.evaluate_in(decision.activation(), decision.variables())
             if verdict:
                 return None
             if verdict is None:

@@ -26,6 +26,15 @@ MB = 1 << 20
 ALIASES = ('def run(event):\n'
            '    fields = ["a%d: viewer { tenantId }" % i for i in range(event["data"]["n"])]\n'
            '    return graphql("{ " + " ".join(fields) + " }")\n')
+# A balanced `(s+s)` tree of event.data.leaves leaves over a 1 MB string, given to cel(): before CEL was
+# bounded, 256 leaves took the server to 2 GB and 1,024 to 10 GB.
+CEL_BOMB = ('def run(event):\n'
+            '    parts = ["s"] * event["data"]["leaves"]\n'
+            '    for _ in range(20):\n'
+            '        if len(parts) == 1:\n'
+            '            break\n'
+            '        parts = ["(%s+%s)" % (parts[i], parts[i + 1]) for i in range(0, len(parts), 2)]\n'
+            '    return cel("size(" + parts[0] + ")", {"s": "x" * 1000000})\n')
 # name: (source, input, responseTimeout ms, expected code)
 HOSTILE = {
     "endless_loop": ('def run(event):\n    n = 0\n    for i in range(2000000000):\n        for j in range(2000000000):\n'
@@ -41,6 +50,8 @@ HOSTILE = {
     "calls_1025": ('def run(event):\n    for i in range(event["data"]["n"]):\n        cel("true", {})\n    return 1\n',
                    {"n": 1025}, 30_000, "action_call_limit_exceeded"),
     "aliases_10000": (ALIASES, {"n": 10_000}, 10_000, "graphql_error"),
+    "cel_bomb_256": (CEL_BOMB, {"leaves": 256}, 1000, "cel_error"),
+    "cel_bomb_1024": (CEL_BOMB, {"leaves": 1024}, 1000, "cel_error"),
 }
 
 
