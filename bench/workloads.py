@@ -119,14 +119,14 @@ def call_tree_floor(fx: Fixtures, *, reads: int = 1000, repeats: int = 5) -> dic
 def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, jobs: int = 1000) -> dict:
     """`jobs` no-op executions started in one transaction; the time from its commit until every one is
     SUCCEEDED, and each one's latency (its invocation's finish minus the commit)."""
-    from ledger.app_services import Services
+    from ledger.wiring import open_services
     from ledger.auth.clients import client_layer, load_principal
     from ledger.config import Settings
     from ledger.policy.chain import Chain
     from ledger.queue.start import start_action
     from ledger.scope import Scope
 
-    services = Services.open(Settings(database_url=fx.database_url, pool_min=1, pool_max=1), fx.database_url)
+    services = open_services(Settings(database_url=fx.database_url, pool_min=1, pool_max=1), fx.database_url)
     try:
         claims = {"tenant": str(fx.tenant_id), "sub": str(fx.client_id), "iat": int(time.time())}
         deadline = time.monotonic() + 600

@@ -214,7 +214,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                       f"{token_path}> to the URL)", flush=True)
         else:
             print(f"GraphQL: http://{settings.host}:{settings.port}/graphql", flush=True)
-        uvicorn.run("ledger.api.app:create_app", factory=True, host=settings.host, port=settings.port,
+        uvicorn.run("ledger.wiring:create_app", factory=True, host=settings.host, port=settings.port,
                     workers=args.workers if args.workers > 1 else None, log_level=args.log_level,
                     access_log=False, timeout_graceful_shutdown=10, log_config=logging_config(args.log_level),
                     http="ledger.api.nodelay:NoDelayH11Protocol")
@@ -267,11 +267,11 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     import signal
     import threading
 
-    from .app_services import Services
     from .queue.worker import Worker
+    from .wiring import open_services
 
     attached = attach(settings)
-    services = Services.open(settings, attached.conninfo)
+    services = open_services(settings, attached.conninfo)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

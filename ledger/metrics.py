@@ -29,6 +29,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 log = logging.getLogger("ledger.metrics")
 call_log = logging.getLogger("ledger.calls")
 
+# Set by each scrape (ledger_queue_depth()) and by a worker's claim loop.
+QUEUE_DEPTH = Gauge("ledger_queue_depth", "Started executions waiting for or holding a worker",
+                    multiprocess_mode="livemostrecent")
 CALLS = Counter("ledger_calls_total", "Finished calls by action, status and error code (none when it succeeded)",
                 ["action", "status", "code"])
 CALL_SECONDS = Histogram("ledger_call_duration_seconds", "Call latency, by action", ["action"],
@@ -90,9 +93,7 @@ def call_finished(tenant_id: Any, *, execution_id: Any, root_execution_id: Any, 
     """One finished call: its metrics and its log line.
 
     A top-level call logs at INFO, a nested one at DEBUG (a tree may hold a thousand calls)."""
-    from .logs import current_call
-
-    action = action or current_call().get("action") or "unknown"
+    action = action or "unknown"
     code = error.get("code") if error else None
     observe_call(action, status, code, duration_ms / 1000 if duration_ms is not None else None, output_bytes)
     level = logging.INFO if depth == 0 else logging.DEBUG
@@ -144,8 +145,6 @@ def update_pool_metrics(services: Any) -> None:
 
 
 def update_queue_depth(services: Any) -> None:
-    from .queue.worker import QUEUE_DEPTH
-
     try:
         with services.db.pool.connection(timeout=2) as conn:
             QUEUE_DEPTH.set(conn.execute("SELECT ledger_queue_depth() AS depth").fetchone()["depth"])

@@ -21,7 +21,7 @@ from .errors import PermissionDenied
 from .policy.chain import Chain
 
 if TYPE_CHECKING:
-    from .app_services import Services
+    from .services import Services
 
 
 @dataclass(frozen=True)

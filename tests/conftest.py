@@ -18,11 +18,11 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 from psycopg import sql
 
-from ledger.app_services import Services
 from ledger.auth.clients import create_tenant
 from ledger.config import Settings
 from ledger.db.cluster import EmbeddedCluster
 from ledger.db.migrate import apply_migrations
+from ledger.wiring import open_services
 
 TEMPLATE = "ledger_test_template"
 
@@ -81,7 +81,7 @@ def settings(db_url, tmp_path) -> Settings:
 
 @pytest.fixture
 def services(settings, db_url):
-    svc = Services.open(settings, db_url)
+    svc = open_services(settings, db_url)
     yield svc
     svc.close()
 

@@ -32,7 +32,7 @@ def test_a_child_id_computed_the_old_way_and_used_first_no_longer_wedges_its_par
 
 
 def test_child_ids_are_deterministic_for_a_repeat_and_across_processes(api, services, settings, db_url):
-    from ledger.app_services import Services
+    from ledger.wiring import open_services
 
     caller = publish(api, tool("caller", CEL_TWICE))
     parent = str(uuid.uuid4())
@@ -41,7 +41,7 @@ def test_child_ids_are_deterministic_for_a_repeat_and_across_processes(api, serv
     ids = [c["executionId"] for c in first["children"]]
     assert [c["executionId"] for c in repeat["children"]] == ids
     # Another process against the same database derives the same ids (the key comes from the shared secret).
-    other = Services.open(settings, db_url)
+    other = open_services(settings, db_url)
     try:
         assert [str(other.execution_ids.child(uuid.UUID(parent), 1, n)) for n in (1, 2)] == ids
     finally:

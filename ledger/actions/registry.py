@@ -269,17 +269,7 @@ def _validated(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
         return scope.services.executor_pool().compile(source, tool_names)
 
     return validate_definition(action_id, doc, lookup=lookup, walk=walk, compile_program=compile_program,
-                               analyze_program=_analyzer())
-
-
-def _analyzer():
-    try:
-        from ..api.schema import schema
-        from .static_analysis import analyze_program
-    except ImportError:  # the analysis module is optional at import time for tooling
-        return None
-    graphql_schema = schema._schema
-    return lambda source, tools: analyze_program(source, tools, graphql_schema)
+                               analyze_program=scope.services.analyze_program)
 
 
 # ---------------------------------------------------------------------------- lifecycle

@@ -27,11 +27,11 @@ from starlette.routing import Route
 from strawberry.exceptions import MissingQueryError
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 
-from ..app_services import Services
 from ..auth.clients import client_layer, load_principal, principal_query
 from ..errors import LedgerError, Retryable, Unauthenticated
 from ..policy.chain import Chain
 from ..scope import Scope
+from ..services import Services
 from .context import RequestContext
 from .graphiql import asset_response, graphiql_page
 from .schema import schema

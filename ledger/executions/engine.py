@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import keyword
 import re
 import time
@@ -17,7 +16,10 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from psycopg.pq import TransactionStatus
+
 from ..actions import natives
+from ..actions.registry import load_action
 from ..actions.schemas import first_error
 from ..errors import LedgerError, Retryable
 from ..logs import bind_call, unbind_call
@@ -185,8 +187,6 @@ def _check_output(record: dict, output: Any) -> None:
 
 def resolve_tools(scope: Scope, record: dict) -> tuple[dict[str, dict], list[dict]]:
     """The version each reference resolves to for this execution, by tool name."""
-    from ..actions.registry import load_action
-
     by_name: dict[str, dict] = {}
     resolved: list[dict] = []
     origin: dict[str, str] = {}
@@ -257,8 +257,6 @@ def _run_program(scope: Scope, tree: CallTree, record: dict, input: Any, pending
 
 
 def _in_failed_transaction(scope: Scope) -> bool:
-    from psycopg.pq import TransactionStatus
-
     return scope.conn.info.transaction_status == TransactionStatus.INERROR
 
 
@@ -290,58 +288,9 @@ def _run_native(scope: Scope, tree: CallTree, record: dict, input: Any, pending:
 
 
 def execute_graphql(scope: Scope, document: str, variables: dict | None, operation_name: str | None):
-    """Run a document on the request's transaction under `scope`; returns (data, formatted errors).
-
-    A transient database failure (or any `Retryable`) is raised, never returned: a program cannot
-    swallow it with `check=False`, and the request is retried as a whole.
-    """
-    import psycopg
-    from strawberry.exceptions import MissingQueryError
-    from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
-
-    from ..api.context import RequestContext
-    from ..api.http import error_payload, format_error
-    from ..api.schema import schema
-    from ..db.pool import as_ledger_error, transient_failure
-
-    def document_error(message: str):
-        return None, [error_payload(message, "graphql_validation_failed",
-                                    "check the document and its variables against the schema")]
-
-    if operation_name is None and _operation_count(document) > 1:
-        # strawberry would silently run the first one.
-        return document_error("the document has several operations: name the one to run with `operation_name`")
-    try:
-        result = schema.execute_sync(document, variable_values=variables, context_value=RequestContext(scope),
-                                     operation_name=operation_name)
-    except MissingQueryError:
-        return document_error("the document is empty")
-    except CannotGetOperationTypeError:
-        return document_error(f"the document has no operation named {operation_name!r}" if operation_name
-                              else "the document has several operations: name the one to run with `operation_name`")
-    except InvalidOperationTypeError:
-        return document_error("graphql() runs queries and mutations only")
-    if not result.errors:
-        return result.data, None
-    for e in result.errors:
-        retry = transient_failure(e.original_error)
-        if retry is not None:
-            raise retry
-        if isinstance(e.original_error, psycopg.Error) and not isinstance(as_ledger_error(e.original_error),
-                                                                          LedgerError):
-            raise e.original_error
-    return result.data, [format_error(e) for e in result.errors]
-
-
-@functools.lru_cache(maxsize=1024)
-def _operation_count(document: str) -> int:
-    from graphql import GraphQLError, OperationDefinitionNode, parse
-
-    try:
-        parsed = parse(document, no_location=True, max_tokens=20_000)
-    except GraphQLError:
-        return 1  # the execution reports the syntax error
-    return sum(isinstance(d, OperationDefinitionNode) for d in parsed.definitions)
+    """Run a document on the request's transaction under `scope`: (data, errors in the response format).
+    A transient failure is raised, never returned (the services' GraphQL runner says how)."""
+    return scope.services.graphql(scope, document, variables, operation_name)
 
 
 # Codes a failed graphql() keeps with check=True: denials, the domain's business rules and call limits.

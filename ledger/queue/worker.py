@@ -24,17 +24,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Histogram
+from psycopg.types.json import Jsonb
 
+from ..actions.lifecycle import settle_pending_lifecycle
 from ..actions.registry import load_action
 from ..auth.clients import client_layer
-from ..policy.principal import Principal
 from ..errors import Retryable
-from ..logs import bind_call, unbind_call, update_call
+from ..executions.engine import CallTree, run_call
+from ..executions.records import flush, record_json
+from ..logs import bind_call, current_call, unbind_call, update_call
+from ..metrics import QUEUE_DEPTH, call_finished, json_size, observe_tree
 from ..policy.chain import Chain
+from ..policy.principal import Principal
 from ..scope import Scope
-from ..metrics import observe_tree
-from ..actions.lifecycle import settle_pending_lifecycle
 from .start import QUEUE_CHANNEL
 
 log = logging.getLogger("ledger.worker")
@@ -45,8 +48,6 @@ MAX_BACKOFF_SECONDS = 300.0
 # The advisory lock claims take turns on ("claim" in ASCII).
 _CLAIM_LOCK = 0x636C61696D
 
-QUEUE_DEPTH = Gauge("ledger_queue_depth", "Started executions waiting for or holding a worker",
-                    multiprocess_mode="livemostrecent")
 CLAIM_LATENCY = Histogram("ledger_queue_claim_latency_seconds", "From run_at (due) to claim")
 ATTEMPTS = Counter("ledger_queue_attempts_total", "Attempts of started executions by outcome", ["outcome"])
 RETRIES = Counter("ledger_queue_retries_total", "Attempts that will be retried")
@@ -96,12 +97,6 @@ class Worker:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> "Worker":
-        # What an attempt imports lazily (the engine, the GraphQL schema and strawberry behind graphql()),
-        # imported once here: the first attempts start together on several threads, and concurrent first
-        # imports of one package can fail with "partially initialized module" (a lost import race).
-        from ..api import schema as _schema  # noqa: F401
-        from ..executions import engine as _engine  # noqa: F401
-
         for target, name in ((self._claim_loop, "ledger-claim"), (self._listen_loop, "ledger-listen"),
                              (self._heartbeat_loop, "ledger-heartbeat")):
             thread = threading.Thread(target=target, name=name, daemon=True)
@@ -276,9 +271,6 @@ def _release(conn: psycopg.Connection, job: Job, *, retry_in: float | None) -> N
 
 def run_attempt(services: Any, job: Job) -> str:
     """Run one attempt; returns 'succeeded', 'failed', 'retry' or 'cancelled'."""
-    from ..executions.engine import CallTree, run_call
-    from ..executions.records import flush
-
     deadline = time.monotonic() + services.settings.max_request_timeout
     # 1. Mark it RUNNING in a short transaction of its own, so that readers see it.
     with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
@@ -393,9 +385,6 @@ def _scope_for(services: Any, conn: psycopg.Connection, execution: dict, deadlin
 
 def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, attempt: int, record: dict | None,
             pending: Any, started_at: datetime.datetime, error: dict | None = None, scope: Scope | None = None) -> str:
-    from ..executions.records import record_json
-    from ..metrics import call_finished, json_size
-
     _fence(conn, job)
     finished_at = datetime.datetime.now(datetime.timezone.utc)
     if pending is not None:
@@ -423,7 +412,7 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
     conn.execute("UPDATE executions SET status = %s, updated_at = now() WHERE tenant_id = %s AND id = %s",
                  (status, job.tenant_id, job.execution_id))
     call_finished(job.tenant_id, execution_id=job.execution_id, root_execution_id=job.execution_id,
-                  action=(record or {}).get("name"), action_version=execution["action_version"],
+                  action=(record or {}).get("name") or current_call().get("action"), action_version=execution["action_version"],
                   status="FAILED" if error else "SUCCEEDED", error=error, duration_ms=duration_ms,
                   output_bytes=output_bytes, attempt=attempt, depth=0)
     if outcome == "retry":
@@ -437,10 +426,6 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
 
 def _finish_cancelled(services: Any, job: Job, execution: dict, deadline: float,
                       started_at: datetime.datetime | None = None) -> str:
-    from psycopg.types.json import Jsonb
-
-    from ..metrics import call_finished, json_size
-
     with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
         _fence(conn, job)
         attempt = execution["attempts"] + 1
@@ -455,7 +440,7 @@ def _finish_cancelled(services: Any, job: Job, execution: dict, deadline: float,
              duration_ms, output_bytes),
         )
         call_finished(job.tenant_id, execution_id=job.execution_id, root_execution_id=job.execution_id,
-                      action=None, action_version=execution["action_version"], status="CANCELLED", error=error,
+                      action=current_call().get("action"), action_version=execution["action_version"], status="CANCELLED", error=error,
                       duration_ms=duration_ms, output_bytes=output_bytes, attempt=attempt, depth=0)
         conn.execute("UPDATE executions SET status = 'CANCELLED', updated_at = now() WHERE tenant_id = %s AND id = %s",
                      (job.tenant_id, job.execution_id))

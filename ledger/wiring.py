@@ -1,22 +1,44 @@
-"""The ASGI application factory: one per server process (uvicorn `--workers` imports it in each)."""
+"""The composition root: the one place that builds a process's services and passes each layer the
+ports it needs (README "Layout"). `ledger serve` (through `create_app`), `ledger worker` and the tests
+build their services here and nowhere else.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from functools import partial
 
 from starlette.applications import Starlette
 
-from ..app_services import Services
-from ..config import Settings
-from .http import build_app
+from . import metrics
+from .actions.static_analysis import analyze_program
+from .api.documents import GraphQLDocuments
+from .api.http import build_app
+from .api.schema import schema
+from .auth.tokens import TokenService, load_signing_key
+from .config import Settings
+from .db.pool import Database
+from .executions.ids import ExecutionIds
+from .queue.worker import Worker
+from .services import Services
+
+
+def open_services(settings: Settings, conninfo: str) -> Services:
+    secret = load_signing_key(conninfo)
+    db = Database.open(conninfo, min_size=settings.pool_min, max_size=settings.pool_max,
+                       wait_timeout=settings.pool_wait, max_waiting=settings.pool_queue)
+    return Services(
+        settings=settings, db=db, tokens=TokenService(secret), execution_ids=ExecutionIds.from_secret(secret),
+        graphql=GraphQLDocuments(schema), analyze_program=partial(analyze_program, schema=schema._schema),
+    )
 
 
 def create_app(settings: Settings | None = None) -> Starlette:
     settings = settings or Settings()
     if not settings.database_url:
         raise RuntimeError("create_app needs LEDGER_DATABASE_URL; `ledger serve` sets it")
-    services = Services.open(settings, settings.database_url)
+    services = open_services(settings, settings.database_url)
     app = build_app(services)
 
     run_worker = os.environ.get("LEDGER_RUN_WORKER", "1") == "1"
@@ -29,14 +51,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
         # all of them, so that a request is never queued, unbounded and untimed, for a thread instead.
         limiter = anyio.to_thread.current_default_thread_limiter()
         limiter.total_tokens = max(limiter.total_tokens, settings.pool_max + settings.pool_queue + 8)
-        from .. import metrics
-
         # With several server processes, each refreshes its own pool gauges (a scrape reaches only one).
         sampler = metrics.PoolSampler(services).start() if metrics.multiprocess() else None
         worker = None
         if run_worker:
-            from ..queue.worker import Worker
-
             worker = Worker(services, concurrency=settings.worker_concurrency,
                             lease_seconds=settings.lease_seconds).start()
         try:

@@ -1,0 +1,77 @@
+"""The long-lived parts one process shares between requests, and the ports through which the layers
+below reach what is built above them. `ledger.wiring` builds one `Services` per process.
+
+A port is the small interface a lower layer needs, not the module that provides it: the call engine
+runs `graphql()` through `GraphQLRunner` without knowing the HTTP API exists, and the registry checks
+programs statically through `ProgramAnalyzer` without importing the schema.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .config import Settings
+from .db.pool import Database
+from .runtime import ExecutorPool
+
+if TYPE_CHECKING:
+    from .scope import Scope
+
+
+class GraphQLRunner(Protocol):
+    """Runs a document on the scope's transaction, under its chain: `(data, errors)`, the errors in the
+    GraphQL response format. Raises `Retryable` for a transient failure (the request retries as a whole)."""
+
+    def __call__(self, scope: "Scope", document: str, variables: dict | None,
+                 operation_name: str | None) -> tuple[Any, list[dict] | None]: ...
+
+
+class ProgramAnalyzer(Protocol):
+    """The static problems of a program's source (documents passed to `graphql()`, undeclared tools)."""
+
+    def __call__(self, source: str, declared_tools: set[str]) -> list: ...
+
+
+class TokenIssuer(Protocol):
+    def mint(self, tenant_id: uuid.UUID, client_id: uuid.UUID, ttl_seconds: int | None = None,
+             *, now: int | None = None) -> tuple[str, int | None]: ...
+
+    def verify(self, token: str) -> Any: ...
+
+
+class ChildIds(Protocol):
+    """The executionIds the ledger derives for the calls an execution makes (only the server can)."""
+
+    def child(self, parent: uuid.UUID, attempt: int, sequence: int) -> uuid.UUID: ...
+
+
+@dataclass
+class Services:
+    settings: Settings
+    db: Database
+    tokens: TokenIssuer
+    execution_ids: ChildIds
+    graphql: GraphQLRunner
+    analyze_program: ProgramAnalyzer | None = None
+    executors: ExecutorPool | None = None  # started lazily, on the first program run
+    _executors_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def executor_pool(self) -> ExecutorPool:
+        # Many request threads may ask at once on a fresh process: start exactly one pool.
+        if self.executors is None:
+            with self._executors_lock:
+                if self.executors is None:
+                    pool = ExecutorPool(size=self.settings.executors,
+                                        memory_limit_bytes=self.settings.executor_memory_bytes,
+                                        max_payload_bytes=self.settings.max_payload_bytes)
+                    pool.start()
+                    self.executors = pool
+        return self.executors
+
+    def close(self) -> None:
+        if self.executors is not None:
+            self.executors.close()
+        self.db.close()
