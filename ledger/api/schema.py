@@ -8,11 +8,12 @@ from typing import Optional
 
 import strawberry
 from graphql import specified_rules
+from strawberry.schema.config import StrawberryConfig
 from strawberry.scalars import JSON
 
 from ..db.paging import clamp_first
 from .context import mutation_step
-from .scalars import Int64
+from .scalars import JSON_SCALAR, Int64
 from .types import (
     Account,
     Action,
@@ -509,7 +510,8 @@ class _Schema(strawberry.Schema):
 
 
 def build_schema() -> strawberry.Schema:
-    return _Schema(query=Query, mutation=Mutation, extensions=[_document_cache_extension()])
+    return _Schema(query=Query, mutation=Mutation, extensions=[_document_cache_extension()],
+                   config=StrawberryConfig(scalar_map={JSON: JSON_SCALAR}))
 
 
 schema = build_schema()
