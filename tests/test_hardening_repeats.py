@@ -154,3 +154,17 @@ def test_a_missing_version_and_an_unpublished_action_stay_not_callable(api):
     unpublished = create(api, tool("draft", ECHO))["actionId"]
     assert code_of(invoke_body(api, unpublished, str(uuid.uuid4()), {})) == "action_not_callable"
     assert code_of(start_body(api, unpublished, str(uuid.uuid4()), {})) == "action_not_callable"
+
+
+def test_an_update_changing_true_to_1_writes_a_version(api):
+    from registry_helpers import UPDATE, tool_input
+
+    doc = tool_input()
+    doc["tool"]["inputSchema"]["properties"]["flag"] = {"const": True}
+    action_id = create(api, doc)["actionId"]
+    doc["tool"]["inputSchema"]["properties"]["flag"] = {"const": 1}
+    updated = api.gql(UPDATE, {"id": action_id, "input": doc})["actions"]["updateAction"]
+    assert updated["version"] == 2
+    assert updated["tool"]["inputSchema"]["properties"]["flag"] == {"const": 1}
+    again = api.gql(UPDATE, {"id": action_id, "input": doc})["actions"]["updateAction"]
+    assert again["version"] == 2  # the same input again writes nothing
