@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 
 from ..db.paging import parse_cursor
 from ..errors import LedgerError, NotFound
+from ..executions.values import same_json
 from ..scope import Scope
 from . import natives
 from .lifecycle import has_unfinished_starts
@@ -200,7 +201,7 @@ def update_action(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
         raise ActionStateError(f"action {action_id} is deleted and takes no new versions",
                                hint="create a new action instead")
     definition = _validated(scope, action_id, doc)
-    if definition == latest["definition"]:
+    if same_json(definition, latest["definition"]):  # by type: a schema's `true` is not `1`
         scope.require("SELECT", ACTION, as_document(latest))
         return latest
     next_version = header["latest_version"] + 1

@@ -172,8 +172,7 @@ def _check_tool_block(kind: Any, block: Any, problems: Problems) -> dict | None:
         output_schema = block.get("outputSchema")
         _check_input_schema(input_schema, problems)
         if output_schema is not None:
-            for message in schema_problems(output_schema):
-                problems.add("tool.outputSchema", f"not a valid JSON Schema (draft 2020-12): {message}")
+            _add_schema_problems("tool.outputSchema", schema_problems(output_schema), problems)
     output = block.get("output") or {}
     offload = output.get("offload") if isinstance(output, dict) else None
     offload = "AUTO" if offload is None else offload
@@ -193,12 +192,16 @@ def _check_tool_block(kind: Any, block: Any, problems: Problems) -> dict | None:
     }
 
 
+def _add_schema_problems(path: str, found: list[tuple[str, str]], problems: Problems) -> None:
+    for where, message in found:
+        problems.add(f"{path}.{where}" if where else path, f"not a valid JSON Schema: {message}")
+
+
 def _check_input_schema(schema: Any, problems: Problems) -> None:
     path = "tool.inputSchema"
-    messages = schema_problems(schema)
-    for message in messages:
-        problems.add(path, f"not a valid JSON Schema (draft 2020-12): {message}")
-    if messages:
+    found = schema_problems(schema)
+    _add_schema_problems(path, found, problems)
+    if found:
         return
     if not isinstance(schema, dict) or schema.get("type") != "object":
         problems.add(path, 'the input schema\'s root must be an object schema ({"type": "object", ...}): '

@@ -34,6 +34,7 @@ from ..scope import Scope
 from ..services import Services
 from .context import RequestContext
 from .graphiql import asset_response, graphiql_page
+from .scalars import FLOAT_RANGE_HINT, beyond_float_range
 from .schema import schema
 
 log = logging.getLogger("ledger.http")
@@ -49,8 +50,10 @@ class _RollBack(Exception):
         self.payload = payload
 
 
-# A run of 19 digits is the shortest text of an integer orjson cannot hold exactly (2**63 has 19).
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+# A run of 19 digits is the shortest text of an integer orjson cannot hold exactly (2**63 has 19); an
+# exponent below -307 may underflow a double, which orjson reads silently as 0.0. Either sends the body
+# to the standard library (a match inside a string costs only the slower parser).
+_LONG_DIGITS = re.compile(rb"[0-9]{19}|[eE]-0*[1-9][0-9]{2}")
 
 
 def _load_json(body: bytes) -> Any:
@@ -106,6 +109,9 @@ def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
         raise ValueError(f"the number {text[:40]} is too large for a 64-bit float")
+    if beyond_float_range(text, value):
+        raise ValueError(f"the number {text[:40]} is too small for a 64-bit float (it would read as 0): "
+                         f"{FLOAT_RANGE_HINT}")
     return value
 
 

@@ -8,6 +8,7 @@ from typing import Optional
 
 import strawberry
 from graphql import specified_rules
+from strawberry.schema.config import StrawberryConfig
 from strawberry.scalars import JSON
 
 from ..actions import registry
@@ -17,7 +18,7 @@ from ..domain import accounts
 from ..executions import invoke, records, sessions
 from ..queue import start
 from .context import mutation_step
-from .scalars import Int64
+from .scalars import JSON_SCALAR, Int64
 from .types import (
     Account,
     Action,
@@ -466,7 +467,8 @@ class _Schema(strawberry.Schema):
 
 
 def build_schema() -> strawberry.Schema:
-    return _Schema(query=Query, mutation=Mutation, extensions=[_document_cache_extension()])
+    return _Schema(query=Query, mutation=Mutation, extensions=[_document_cache_extension()],
+                   config=StrawberryConfig(scalar_map={JSON: JSON_SCALAR}))
 
 
 schema = build_schema()

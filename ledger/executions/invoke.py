@@ -9,12 +9,13 @@ from typing import Any
 import psycopg
 
 from ..actions.registry import ACTION, as_document, load_action
-from ..errors import LedgerError, Retryable
+from ..errors import LedgerError, NotFound, Retryable
 from ..scope import Scope
 from .engine import (MAX_CALLS_BENEATH, MAX_TOOL_DEPTH, TREE_KEY, CallLimitExceeded, CallTree,
                      response_timeout_seconds, run_call)
 from .records import (EXECUTION, PendingExecution, execution_document, flush, load_execution, record_of,
                       require_new_execution)
+from .values import require_storable_input, same_json
 
 
 class ActionNotCallable(LedgerError):
@@ -26,13 +27,14 @@ class ExecutionIdConflict(LedgerError):
 
 
 def callable_record(scope: Scope, action_id: uuid.UUID, version: int | None, record: dict | None = None) -> dict:
-    """The version to run, or `action_not_callable` saying why not (`record`: it, already loaded)."""
+    """The version to run, or `action_not_callable` saying why not (`record`: it, already loaded); an
+    action that does not exist in the caller's tenant is `not_found`."""
     if record is None:
         record = load_action(scope, action_id, version)
     if record is None:
         latest = load_action(scope, action_id)
         if latest is None:
-            raise ActionNotCallable(f"no action {action_id}", hint="check the id; actions(where: {name}) finds it")
+            raise NotFound(f"no action {action_id}", hint="check the id; actions(where: {name}) finds it")
         raise ActionNotCallable(f"action {latest['name']!r} has no version {version}",
                                 hint=f"call a version from 1 to {latest['latest_version']}, or omit actionVersion")
     name = record["name"]
@@ -53,6 +55,7 @@ def callable_record(scope: Scope, action_id: uuid.UUID, version: int | None, rec
 
 def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, version: int | None, input: Any,
                   session_id: uuid.UUID | None) -> dict:
+    require_storable_input(input)
     tree: CallTree | None = scope.request_state.get(TREE_KEY)
     if tree is not None and scope.frames:
         # A nested invokeAction through graphql(): the re-entry check comes first.
@@ -181,7 +184,7 @@ def _repeat(scope: Scope, existing: dict, action_id: uuid.UUID, version: int | N
     """The recorded execution for a repeated executionId, or a conflict when it was used for another call."""
     scope.require("SELECT", EXECUTION, execution_document(existing))
     same_version = version is None or version == existing["action_version"]
-    if existing["action_id"] != action_id or not same_version or existing["input"] != input:
+    if existing["action_id"] != action_id or not same_version or not same_json(existing["input"], input):
         raise ExecutionIdConflict(
             f"executionId {existing['id']} was already used for another call",
             hint="use a new executionId for a new call; repeat a call only with the same action and input",
@@ -201,7 +204,7 @@ def _repeat_within_tree(scope: Scope, earlier: PendingExecution, action_id: uuid
         raise ExecutionIdConflict(f"executionId {earlier.execution_id} belongs to a call that is still running",
                                   hint="use a new executionId for a new call")
     same_version = version is None or version == earlier.action_version
-    if earlier.action_id != action_id or not same_version or earlier.input != input:
+    if earlier.action_id != action_id or not same_version or not same_json(earlier.input, input):
         raise ExecutionIdConflict(
             f"executionId {earlier.execution_id} was already used for another call",
             hint="use a new executionId for a new call; repeat a call only with the same action and input",

@@ -1,11 +1,15 @@
-"""Bounds on JSON values that cross into a call: nesting depth, 64-bit integers, storable strings."""
+"""Bounds on JSON values that cross into a call: nesting depth, 64-bit integers, storable strings; and
+the comparison of a repeated call's input with the recorded one."""
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 import re
 from typing import Any
+
+from ..errors import LedgerError
 
 MAX_NESTING = 32
 INT_MIN = -(2**63)
@@ -40,6 +44,65 @@ def value_problem(value: Any) -> tuple[str, str] | None:
         else:
             return path or "/", f"{type(item).__name__} is not a JSON value"
     return None
+
+
+def require_storable_input(value: Any, where: str = "input") -> None:
+    """Refuse, as `bad_request` naming the path, a client's value that the store cannot keep exactly: a
+    NUL character (jsonb cannot hold one, and storing U+FFFD instead would make the identical repeat a
+    conflict) or a number beyond a double's range. Called before any work, so that nothing is recorded."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and "\x00" in key:
+                    _refuse(where, path or "/", "a key holds a NUL character (\\u0000), which cannot be stored")
+                stack.append((child, f"{path}/{key}"))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}/{index}") for index, child in enumerate(item))
+        elif isinstance(item, str):
+            if "\x00" in item:
+                _refuse(where, path or "/", "a string holds a NUL character (\\u0000), which cannot be stored")
+        elif isinstance(item, float) and not math.isfinite(item):
+            _refuse(where, path or "/", "the number is beyond a 64-bit float's range (or not a number)")
+
+
+def _refuse(where: str, path: str, problem: str) -> None:
+    raise LedgerError(f"the {where} at {path}: {problem}", code="bad_request",
+                      hint=f"change the {where} at {path}: it is stored exactly as sent, or not at all")
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two JSON values are the same value: by type (`true` is not `1`, `"1"` is not `1`) and by
+    value. Numbers compare by their decimal value, so 1 and 1.0 are one JSON number, as in JSON Schema's
+    `const` and in jsonb: a number read back from jsonb may come as int, float or Decimal (1e2 as 100,
+    1e300 as a 301-digit integer), and must still equal what the client sent."""
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if _is_number(x) or _is_number(y):
+            if not (_is_number(x) and _is_number(y) and _decimal(x) == _decimal(y)):
+                return False
+        elif isinstance(x, dict):
+            if not isinstance(y, dict) or x.keys() != y.keys():
+                return False
+            stack.extend((x[key], y[key]) for key in x)
+        elif isinstance(x, list):
+            if not isinstance(y, list) or len(x) != len(y):
+                return False
+            stack.extend(zip(x, y))
+        elif type(x) is not type(y) or x != y:  # strings, booleans, null
+            return False
+    return True
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, decimal.Decimal)) and not isinstance(value, bool)
+
+
+def _decimal(number: int | float | decimal.Decimal) -> decimal.Decimal:
+    # A float's shortest repr is the text json.dumps writes, and so the exact decimal jsonb keeps.
+    return decimal.Decimal(repr(number)) if isinstance(number, float) else decimal.Decimal(number)
 
 
 # A NUL escape in JSON text: `\u0000` after an even number of backslashes (an odd one escapes the `\`).

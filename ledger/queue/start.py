@@ -6,16 +6,17 @@ import datetime
 import uuid
 from typing import Any
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from ..actions.lifecycle import settle_pending_lifecycle
 from ..actions.registry import ACTION, as_document, load_action
 from ..actions.schemas import first_error
-from ..errors import LedgerError, NotFound
+from ..errors import LedgerError, NotFound, Retryable
 from ..executions.invoke import ExecutionIdConflict, callable_record
 from ..executions.records import (EXECUTION, execution_document, load_execution, record_of,
                                          require_new_execution)
-from ..executions.values import value_problem
+from ..executions.values import require_storable_input, same_json, value_problem
 from ..scope import Scope
 
 QUEUE_CHANNEL = "ledger_queue"
@@ -34,11 +35,12 @@ def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, ve
     if scope.frames:
         raise StartNotAllowed("a start cannot be made from inside an execution",
                               hint="call the tool with tools.<name>() or invokeAction instead")
+    require_storable_input(input)
     scope.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{scope.tenant_id}:{execution_id}",))
     existing = load_execution(scope, execution_id)
     if existing is not None:
         scope.require("SELECT", EXECUTION, execution_document(existing))
-        if (existing["action_id"] != action_id or not existing["started"] or existing["input"] != input
+        if (existing["action_id"] != action_id or not existing["started"] or not same_json(existing["input"], input)
                 or (version is not None and version != existing["action_version"])):
             raise ExecutionIdConflict(f"executionId {execution_id} was already used for another call",
                                       hint="use a new executionId for a new start")
@@ -60,16 +62,15 @@ def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, ve
                                  hint=f"fix the input at {error[0]}")
     require_new_execution(scope, execution_id, action_id, record["version"], status="QUEUED", started=True)
     event = {"eventType": "action.started", "data": input, "recordType": None, "recordId": None}
-    created = scope.one(
-        "INSERT INTO executions (tenant_id, id, action_id, action_version, status, root_execution_id, depth,"
-        " started, client_id, client_claims, run_at, event, input)"
-        " VALUES (%s, %s, %s, %s, 'QUEUED', %s, 0, true, %s, %s, coalesce(%s, now()), %s, %s)"
-        " RETURNING tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
-        " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input, session_id,"
-        " created_at",
-        (scope.tenant_id, execution_id, action_id, record["version"], execution_id, scope.principal.client_id,
-         Jsonb(scope.principal.claims), run_at, Jsonb(event), Jsonb(input)),
-    )
+    try:
+        created = _insert_queued(scope, execution_id, action_id, record["version"], run_at, event, input)
+    except psycopg.errors.UniqueViolation as exc:
+        # Another request started this executionId and committed after this transaction's snapshot, so
+        # the lookup above could not see it. A retry, in a new transaction, answers the recorded one.
+        retry = Retryable("another request started this executionId at the same time",
+                          hint="retry: the repeat returns the recorded execution")
+        retry.race = True
+        raise retry from exc
     scope.conn.execute(
         "INSERT INTO execution_queue (tenant_id, execution_id, run_at) VALUES (%s, %s, coalesce(%s, now()))",
         (scope.tenant_id, execution_id, run_at),
@@ -77,6 +78,20 @@ def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, ve
     # Delivered when (and only if) the request commits.
     scope.conn.execute("SELECT pg_notify(%s, '')", (QUEUE_CHANNEL,))
     return record_of(created, [])
+
+
+def _insert_queued(scope: Scope, execution_id: uuid.UUID, action_id: uuid.UUID, version: int,
+                   run_at: datetime.datetime | None, event: dict, input: Any) -> dict:
+    return scope.one(
+        "INSERT INTO executions (tenant_id, id, action_id, action_version, status, root_execution_id, depth,"
+        " started, client_id, client_claims, run_at, event, input)"
+        " VALUES (%s, %s, %s, %s, 'QUEUED', %s, 0, true, %s, %s, coalesce(%s, now()), %s, %s)"
+        " RETURNING tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
+        " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input, session_id,"
+        " created_at",
+        (scope.tenant_id, execution_id, action_id, version, execution_id, scope.principal.client_id,
+         Jsonb(scope.principal.claims), run_at, Jsonb(event), Jsonb(input)),
+    )
 
 
 def cancel_execution(scope: Scope, execution_id: uuid.UUID) -> dict:

@@ -2,8 +2,9 @@
 
 A lone surrogate (`"\\ud800"`) is not Unicode text: the body is refused (400 `bad_request`). A NUL
 (`"\\u0000"`) is Unicode but PostgreSQL stores it neither in text nor in jsonb: a direct write is refused
-with `invalid_input`, a call's input or output holding one fails that call, and what a program printed or
-failed with is recorded with U+FFFD in its place. None of it is an `internal_error` any more.
+with `invalid_input`, a call's input holding one is `bad_request` before any work (DESIGN section 17: an
+input is kept exactly or refused, never altered), an output holding one fails that call, and what a program
+printed or failed with is recorded with U+FFFD in its place. None of it is an `internal_error` any more.
 """
 
 from __future__ import annotations
@@ -68,13 +69,14 @@ def test_a_nul_in_a_graphql_string_literal_is_invalid_input(api):
     assert balance(api, funded) == 100
 
 
-def test_a_nul_in_a_calls_input_fails_the_call_with_action_input_invalid(api):
+def test_a_nul_in_a_calls_input_is_a_bad_request_and_records_nothing(api):
     echo = publish(api, tool("echo", 'def run(event):\n    return event["data"]\n'))
     for data in ({"s": "a\x00b"}, {"k\x00": 1}):
-        result = invoke(api, echo, data)
-        assert result["status"] == "FAILED"
-        assert result["invocation"]["error"]["code"] == "action_input_invalid"
-        assert "NUL" in result["invocation"]["error"]["message"]
+        execution_id = str(uuid.uuid4())
+        error = api.error(INVOKE, {"id": echo, "input": {"executionId": execution_id, "input": data}})
+        assert error["extensions"]["code"] == "bad_request"
+        assert "NUL" in error["message"]
+        assert api.gql(EXECUTION, {"id": execution_id})["actions"]["execution"] is None
 
 
 def test_a_program_returning_printing_or_failing_with_a_nul_fails_at_most_its_own_call(api):
@@ -122,17 +124,16 @@ def test_a_started_program_returning_a_nul_reaches_a_final_state(api, worker):  
     assert done["invocation"]["error"]["code"] == "action_output_invalid"
 
 
-def test_invoke_with_a_nul_through_a_raw_body_is_recorded_as_failed(api):
+def test_invoke_with_a_nul_through_a_raw_body_is_refused_and_records_nothing(api):
     echo = publish(api, tool("echo", 'def run(event):\n    return event["data"]\n'))
     execution_id = str(uuid.uuid4())
     body = ('{"query": %s, "variables": {"id": "%s", "input": {"executionId": "%s", "input": {"s": "\\u0000"}}}}'
             % (__import__("json").dumps(INVOKE), echo, execution_id)).encode()
     response = _raw(api, body)
     assert response.status_code == 200
-    assert response.json()["data"]["actions"]["invokeAction"]["status"] == "FAILED"
-    stored = api.gql(EXECUTION, {"id": execution_id})["actions"]["execution"]
-    assert stored["status"] == "FAILED"
-    assert stored["invocation"]["input"] == {"s": "\ufffd"}
+    assert response.json()["errors"][0]["extensions"]["code"] == "bad_request"
+    assert "/s" in response.json()["errors"][0]["message"]
+    assert api.gql(EXECUTION, {"id": execution_id})["actions"]["execution"] is None
 
 
 def test_an_infinite_number_in_a_body_is_a_bad_request_not_an_internal_error(api):

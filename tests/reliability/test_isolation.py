@@ -118,8 +118,8 @@ def test_the_other_tenants_execution_and_session_cannot_be_cancelled_or_closed(a
 
 def test_the_other_tenants_action_cannot_be_invoked_started_changed_or_referenced(api, other_api, theirs):
     payload = {"executionId": str(uuid.uuid4()), "input": {}}
-    assert api.error(INVOKE, {"id": theirs["action"], "input": payload})["extensions"]["code"] == "action_not_callable"
-    assert api.error(START, {"id": theirs["action"], "input": payload})["extensions"]["code"] == "action_not_callable"
+    assert api.error(INVOKE, {"id": theirs["action"], "input": payload})["extensions"]["code"] == "not_found"
+    assert api.error(START, {"id": theirs["action"], "input": payload})["extensions"]["code"] == "not_found"
     for op in ("publishAction", "disableAction", "deleteAction"):
         assert api.error(LIFECYCLE.format(op=op), {"id": theirs["action"]})["extensions"]["code"] == "not_found", op
     update = api.error(UPDATE, {"id": theirs["action"], "input": tool("echo", 'def run(event):\n    return 2\n')})
@@ -162,7 +162,7 @@ def _assert_saw_nothing(output: dict, theirs: dict, mine_accounts: set) -> None:
     # A write naming B's records is refused as for a missing record; nothing is changed.
     assert output["move_from_theirs"] == ["not_found"]
     assert output["move_to_theirs"] == ["not_found"]
-    assert output["invoke_theirs"] == ["action_not_callable"]
+    assert output["invoke_theirs"] == ["not_found"]
     assert output["cancel_theirs"] == ["not_found"]
 
 
