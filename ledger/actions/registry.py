@@ -15,11 +15,11 @@ from psycopg.types.json import Jsonb
 
 from ..db.paging import parse_cursor
 from ..errors import LedgerError, NotFound
-from ..executions.values import same_json
+from ..values import same_json
 from ..scope import Scope
 from . import natives
 from .lifecycle import has_unfinished_starts
-from .validation import ReferenceTarget, validate_definition
+from .validation import ActionDefinitionInvalid, ReferenceTarget, validate_definition
 
 ACTION = "financial.Action.document"
 ACTION_INDEX = "financial.Action.indexes.all"
@@ -231,8 +231,6 @@ def _claim_name(scope: Scope, action_id: uuid.UUID, name: str) -> None:
 
 
 def _name_taken(name: str) -> LedgerError:
-    from .validation import ActionDefinitionInvalid
-
     return ActionDefinitionInvalid([{"path": "name", "message": f"the name {name!r} is taken by another action "
                                                                  "in this tenant; choose another"}])
 

@@ -7,34 +7,27 @@ database connection.
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
-import math
-import re
 import random
 import time
 from typing import Any
 
-import orjson
-from graphql import GraphQLError, OperationDefinitionNode, parse
 from prometheus_client import Counter, Histogram
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
-from strawberry.exceptions import MissingQueryError
-from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 
 from ..auth.clients import client_layer, load_principal, principal_query
 from ..errors import LedgerError, Retryable, Unauthenticated
 from ..policy.chain import Chain
 from ..scope import Scope
 from ..services import Services
-from .context import RequestContext
+from . import documents
+from .documents import error_payload, first_retryable, format_error, is_document_error
 from .graphiql import asset_response, graphiql_page
-from .scalars import FLOAT_RANGE_HINT, beyond_float_range
+from .json_codec import dump_json, load_json
 from .schema import schema
 
 log = logging.getLogger("ledger.http")
@@ -50,153 +43,8 @@ class _RollBack(Exception):
         self.payload = payload
 
 
-# A run of 19 digits is the shortest text of an integer orjson cannot hold exactly (2**63 has 19); an
-# exponent below -307 may underflow a double, which orjson reads silently as 0.0. Either sends the body
-# to the standard library (a match inside a string costs only the slower parser).
-_LONG_DIGITS = re.compile(rb"[0-9]{19}|[eE]-0*[1-9][0-9]{2}")
-
-
-def _load_json(body: bytes) -> Any:
-    """The request body as JSON; ValueError when it is not JSON.
-
-    orjson reads an integer beyond 64 bits as a float, silently dropping digits, so a body that may hold
-    one is read by the standard library, which keeps every integer exact (inputs are stored as received).
-    """
-    if not _LONG_DIGITS.search(body):
-        try:
-            return orjson.loads(body)
-        except orjson.JSONDecodeError:
-            pass  # the standard library reads a UTF-8 BOM or UTF-16, or says what is wrong
-    try:
-        value = json.loads(body, parse_constant=_not_json, parse_float=_finite_float)
-    except RecursionError:  # nesting deeper than the stack
-        raise ValueError("the JSON is nested too deeply") from None
-    if _holds_lone_surrogate(value):
-        # `"\ud800"` (or its bytes, read with surrogatepass) parses to a string that is not Unicode text:
-        # it could be neither stored (PostgreSQL refuses it) nor written back as UTF-8. orjson refuses it.
-        raise ValueError("a string holds a lone surrogate (an unpaired \\uD800-\\uDFFF escape), which is not a "
-                         "Unicode character")
-    return value
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _holds_lone_surrogate(value: Any) -> bool:
-    """Whether a parsed JSON value holds a surrogate code point (a pair parses to one character, so any
-    left is unpaired), in a string or in a key."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if _SURROGATE.search(item):
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not a JSON value")
-
-
-def _finite_float(text: str) -> float:
-    """A JSON number with a fraction or exponent, which must fit a double (1e999 would be infinity, which
-    JSON cannot write back: orjson refuses it too)."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text[:40]} is too large for a 64-bit float")
-    if beyond_float_range(text, value):
-        raise ValueError(f"the number {text[:40]} is too small for a 64-bit float (it would read as 0): "
-                         f"{FLOAT_RANGE_HINT}")
-    return value
-
-
 def _json(payload: Any, status: int = 200) -> Response:
-    try:
-        content = orjson.dumps(payload, option=orjson.OPT_PASSTHROUGH_DATACLASS, default=str)
-    except orjson.JSONEncodeError:
-        # An integer beyond 64 bits (an input stored as received): the standard library writes it exactly.
-        text = json.dumps(payload, default=str, ensure_ascii=False, separators=(",", ":"))
-        try:
-            content = text.encode()
-        except UnicodeEncodeError:  # a lone surrogate has no UTF-8: write it as a JSON escape
-            content = json.dumps(payload, default=str, separators=(",", ":")).encode()
-    return Response(content, status_code=status, media_type="application/json")
-
-
-def error_payload(message: str, code: str, hint: str | None = None, **extra: Any) -> dict:
-    ext: dict[str, Any] = {"code": code}
-    if hint:
-        ext["hint"] = hint
-    ext.update(extra)
-    return {"message": message, "extensions": ext}
-
-
-def format_error(error: GraphQLError) -> dict:
-    original = _translated(error.original_error)
-    out: dict[str, Any] = {"message": error.message}
-    if error.locations:
-        out["locations"] = [{"line": loc.line, "column": loc.column} for loc in error.locations]
-    if error.path:
-        out["path"] = list(error.path)
-    if isinstance(original, LedgerError):
-        out["message"] = original.message
-        out["extensions"] = original.as_extensions()
-    elif _is_document_error(error):
-        # Syntax, validation and variable-coercion errors: the document or its variables are wrong.
-        out["extensions"] = {"code": "graphql_validation_failed",
-                             "hint": "check the document and its variables against the schema (see GraphiQL)"}
-    else:
-        log.exception("unexpected error in a resolver", exc_info=original)
-        out["message"] = "internal error: the request was rolled back"
-        out["extensions"] = {"code": "internal_error",
-                             "hint": "this is a bug in the ledger; the request changed nothing"}
-    return out
-
-
-def _translated(original: Any) -> Any:
-    """A database error the caller can act on (a NUL it sent) as its LedgerError; anything else as is."""
-    import psycopg
-
-    if isinstance(original, psycopg.Error):
-        from ..db.pool import as_ledger_error
-
-        translated = as_ledger_error(original)
-        if isinstance(translated, LedgerError):
-            return translated
-    return original
-
-
-def _is_document_error(error: GraphQLError) -> bool:
-    """A syntax, validation or variable-coercion error: the document or its variables are wrong.
-
-    These carry no path (no field ran); a variable that fails a scalar's coercion carries the scalar's
-    ValueError/TypeError or a GraphQLError subclass (strawberry's StrawberryInputCoercionError).
-    """
-    original = error.original_error
-    return original is None or (
-        not error.path and isinstance(original, (ValueError, TypeError, GraphQLError))
-        and not isinstance(original, LedgerError))
-
-
-@functools.lru_cache(maxsize=1024)
-def _operation_count(query: str) -> int:
-    """How many operations a document defines (strawberry would silently run the first of several)."""
-    try:
-        document = parse(query, no_location=True, max_tokens=20_000)
-    except GraphQLError:
-        return 1  # the execution reports the syntax error
-    return sum(isinstance(d, OperationDefinitionNode) for d in document.definitions)
-
-
-def _document_failure(message: str) -> "_RollBack":
-    return _RollBack({"data": None, "errors": [error_payload(
-        message, "graphql_validation_failed",
-        "check the document and its variables against the schema (see GraphiQL)")], "_status": 400})
+    return Response(dump_json(payload), status_code=status, media_type="application/json")
 
 
 class GraphQLEndpoint:
@@ -233,7 +81,7 @@ class GraphQLEndpoint:
             chunks.append(chunk)
         body = b"".join(chunks)
         try:
-            params = _load_json(body)
+            params = load_json(body)
         except ValueError as exc:
             REQUESTS.labels("bad_request").inc()
             return _json({"errors": [error_payload(f"the body is not valid JSON: {exc}", "bad_request",
@@ -316,43 +164,23 @@ class GraphQLEndpoint:
                 chain = Chain((client_layer(principal, policies),))
                 scope = Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline,
                               dry_run=dry_run)
-                if operation_name is None and _operation_count(query) > 1:
-                    raise _document_failure(
-                        "the document has several operations: name the one to run with `operationName`")
                 try:
-                    result = schema.execute_sync(query, variable_values=variables,
-                                                 context_value=RequestContext(scope), operation_name=operation_name)
-                except MissingQueryError:
-                    raise _document_failure("the document is empty") from None
-                except CannotGetOperationTypeError:
-                    raise _document_failure(
-                        f"the document has no operation named {operation_name!r}" if operation_name else
-                        "the document has several operations: name the one to run with `operationName`") from None
-                except InvalidOperationTypeError:
-                    raise _document_failure("this server runs queries and mutations only") from None
+                    result = documents.execute(schema, scope, query, variables, operation_name, documents.HTTP)
+                except documents.DocumentRejected as rejected:
+                    raise _RollBack({"data": None, "errors": [error_payload(rejected.message, rejected.code,
+                                                                           rejected.hint)], "_status": 400}) from None
                 payload: dict[str, Any] = {"data": result.data}
                 if result.errors:
-                    race = _first_retryable(result.errors)
+                    race = first_retryable(result.errors)
                     if race is not None:
                         raise race
                     payload["errors"] = [format_error(e) for e in result.errors]
-                    status = 400 if result.data is None and all(_is_document_error(e) for e in result.errors) else 200
+                    status = 400 if result.data is None and all(is_document_error(e) for e in result.errors) else 200
                     raise _RollBack({**payload, "_status": status})
         except _RollBack as rolled_back:
             status = rolled_back.payload.pop("_status")
             return rolled_back.payload, status
         return payload, 200
-
-
-def _first_retryable(errors: list[GraphQLError]) -> Retryable | None:
-    """A transient database failure anywhere fails the whole request as `retryable`."""
-    from ..db.pool import transient_failure
-
-    for error in errors:
-        retry = transient_failure(error.original_error)
-        if retry is not None:
-            return retry
-    return None
 
 
 def build_app(services: Services) -> Starlette:

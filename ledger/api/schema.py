@@ -434,7 +434,7 @@ class _Schema(strawberry.Schema):
     def process_errors(self, errors, execution_context=None) -> None:
         """Strawberry logs every error with its formatted traceback, expected ones included (a denial, a
         domain rule, a lost race the server retries): 4% of a call's CPU under contention. The ledger
-        answers each error itself, and logs the unexpected ones (api.http.format_error)."""
+        answers each error itself, and logs the unexpected ones (api.documents.format_error)."""
 
     def execute_sync(self, query, variable_values=None, context_value=None, root_value=None, operation_name=None,
                      allowed_operation_types=None, operation_extensions=None):

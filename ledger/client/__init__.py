@@ -258,7 +258,7 @@ class LedgerClient:
 
     # ------------------------------------------------------------------ publishing
 
-    def publish(self, paths: Iterable[str | os.PathLike], dry_run: bool = False):
+    def publish(self, paths: Iterable[str | os.PathLike], dry_run: bool = False) -> PublishResult:
         """Create or update and publish the tool definitions of `paths` (see ledger.client.publish).
 
         Returns a PublishResult; raises ledger.client.publish.DefinitionError for unreadable definitions and

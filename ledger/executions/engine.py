@@ -29,7 +29,7 @@ from ..policy.statements import parse_policies
 from ..runtime import CallFailure, Program, RunOutcome
 from ..scope import Scope, ToolFrame
 from .records import PendingExecution
-from .values import value_problem
+from ..values import value_problem
 
 MAX_TOOL_DEPTH = 8
 # Where a running call tree is kept in `Scope.request_state`, so that an invokeAction made through

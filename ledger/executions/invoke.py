@@ -11,11 +11,12 @@ import psycopg
 from ..actions.registry import ACTION, as_document, load_action
 from ..errors import LedgerError, NotFound, Retryable
 from ..scope import Scope
+from ..values import require_storable_input, same_json
+from . import sessions
 from .engine import (MAX_CALLS_BENEATH, MAX_TOOL_DEPTH, TREE_KEY, CallLimitExceeded, CallTree,
                      response_timeout_seconds, run_call)
 from .records import (EXECUTION, PendingExecution, execution_document, flush, load_execution, record_of,
                       require_new_execution)
-from .values import require_storable_input, same_json
 
 
 class ActionNotCallable(LedgerError):
@@ -85,8 +86,6 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
     require_new_execution(scope, execution_id, action_id, record["version"], status="RUNNING", started=False)
 
     if record["tool"].get("session"):
-        from . import sessions
-
         sessions.require_session_grants(scope)
         session = sessions.find_or_create(scope, action_id, session_id, input)
 
@@ -132,8 +131,6 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
                         hint=f"retry with a longer Request-Timeout: the call may take up to its responseTimeout "
                              f"of {response_timeout_seconds(record):g} s")
     if session is not None:
-        from . import sessions
-
         sessions.record_input(scope, session, execution_id, input)
     try:
         created_at = flush(scope, tree.pending)

@@ -14,7 +14,9 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from ..metrics import calls_finished, json_size
 from ..scope import Scope
+from ..values import storable_json
 
 EXECUTION = "financial.ActionExecution.document"
 EXECUTION_INDEX = "financial.ActionExecution.indexes.children"
@@ -139,8 +141,6 @@ class PendingExecution:
     def result_bytes(self) -> int:
         """The size of the call's result: its output's JSON, or its error's when it has no output."""
         if self.output_bytes is None:
-            from ..metrics import json_size
-
             self.output_bytes = json_size(self.output if self.output is not None or self.error is None else self.error)
         return self.output_bytes
 
@@ -161,8 +161,6 @@ class PendingExecution:
 
 def record_json(value: Any) -> Jsonb:
     """A value of an execution record: always storable (a NUL character is recorded as U+FFFD)."""
-    from .values import storable_json
-
     return Jsonb(value, dumps=storable_json)
 
 
@@ -216,7 +214,5 @@ def flush(scope: Scope, pending: list[PendingExecution],
               p.finished_at, p.duration_ms, p.result_bytes()) for p in pending],
         )
     now = now_cursor.fetchone()["now"]
-    from ..metrics import calls_finished
-
     calls_finished(scope.tenant_id, pending)
     return now

@@ -16,7 +16,7 @@ from ..errors import LedgerError, NotFound, Retryable
 from ..executions.invoke import ExecutionIdConflict, callable_record
 from ..executions.records import (EXECUTION, execution_document, load_execution, record_of,
                                          require_new_execution)
-from ..executions.values import require_storable_input, same_json, value_problem
+from ..values import require_storable_input, same_json, value_problem
 from ..scope import Scope
 
 QUEUE_CHANNEL = "ledger_queue"

@@ -9,7 +9,7 @@ import math
 import re
 from typing import Any
 
-from ..errors import LedgerError
+from .errors import LedgerError
 
 MAX_NESTING = 32
 INT_MIN = -(2**63)
