@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import psycopg
 
 from ..actions.registry import ACTION, as_document, load_action
 from ..errors import LedgerError, NotFound, Retryable
+from ..policy.chain import Layer
 from ..scope import Scope
 from ..values import require_storable_input, same_json
 from . import sessions
-from .engine import (MAX_CALLS_BENEATH, MAX_TOOL_DEPTH, TREE_KEY, CallLimitExceeded, CallTree,
-                     response_timeout_seconds, run_call)
+from .engine import (MAX_CALLS_BENEATH, MAX_TOOL_DEPTH, TREE_KEY, CallLimitExceeded, CallTree, _Failed,
+                     merge_fixed_input, response_timeout_seconds, run_call)
 from .records import (EXECUTION, PendingExecution, execution_document, flush, load_execution, record_of,
                       require_new_execution)
 
@@ -54,8 +56,23 @@ def callable_record(scope: Scope, action_id: uuid.UUID, version: int | None, rec
     return record
 
 
+def with_fixed_input(supplied: Any, fixed: Any, event_type: str) -> Any:
+    """A reference's fixed input merged over what its caller supplied (DESIGN 6); a `$cel` value that
+    cannot be evaluated is `action_input_invalid`, before anything runs."""
+    try:
+        return merge_fixed_input(supplied, fixed, None, {"eventType": event_type, "data": supplied,
+                                                         "recordType": None, "recordId": None})
+    except _Failed as failed:
+        raise LedgerError(failed.message, code=failed.code, hint=failed.hint) from None
+
+
 def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, version: int | None, input: Any,
-                  session_id: uuid.UUID | None) -> dict:
+                  session_id: uuid.UUID | None, *, layer: Layer | None = None, event_type: str = "action.invoked",
+                  mcp_server_id: uuid.UUID | None = None) -> dict:
+    """`layer`: one more layer between the caller's and the tools' (an MCP server's). It narrows the
+    action's SELECT and INVOKE and everything the call does; the caller's own records of the call
+    (the execution, the session) stay the caller's to authorize, so a server that allows no writes
+    still lets its read tools be called and recorded."""
     require_storable_input(input)
     tree: CallTree | None = scope.request_state.get(TREE_KEY)
     if tree is not None and scope.frames:
@@ -75,10 +92,11 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
         earlier = next((p for p in tree.pending if p.execution_id == execution_id), None)
         if earlier is not None:
             return _repeat_within_tree(scope, earlier, action_id, version, input)
+    call_scope = scope if layer is None else replace(scope, chain=scope.chain.extended(layer))
     record = load_action(scope, action_id, version)
     if record is not None:
-        scope.require("SELECT", ACTION, as_document(record))
-        scope.require("INVOKE", ACTION, as_document(record))
+        call_scope.require("SELECT", ACTION, as_document(record))
+        call_scope.require("INVOKE", ACTION, as_document(record))
     record = callable_record(scope, action_id, version, record)
     session = None
     if session_id is not None and not record["tool"].get("session"):
@@ -112,12 +130,14 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
                                         hint="batch the work into fewer calls")
             tree.calls_beneath += 1
         started = time.monotonic()
-        pending = run_call(scope, tree, record, input, execution_id=execution_id, parent_execution_id=parent,
+        pending = run_call(call_scope, tree, record, input, execution_id=execution_id, parent_execution_id=parent,
                            root_execution_id=execution_id if own_tree else tree.pending[0].root_execution_id,
                            call_sequence=None, depth=0 if own_tree else len(tree.stack),
                            deadline=scope.deadline if own_tree or not tree.deadlines else tree.deadlines[-1],
-                           session_id=session["id"] if session else None, parent_attempt=parent_attempt)
+                           session_id=session["id"] if session else None, parent_attempt=parent_attempt,
+                           event_type=event_type)
         pending.enclosing_execution_id = enclosing
+        pending.mcp_server_id = mcp_server_id
     finally:
         if own_tree:
             scope.request_state.pop(TREE_KEY, None)

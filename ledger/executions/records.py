@@ -131,6 +131,8 @@ class PendingExecution:
     finished_at: datetime.datetime | None = None
     output_bytes: int | None = None
     action_name: str | None = None  # for metrics and logs
+    # The MCP server the call was made through (DESIGN 12); None for any other call.
+    mcp_server_id: uuid.UUID | None = None
 
     @property
     def duration_ms(self) -> float | None:
@@ -199,11 +201,12 @@ def flush(scope: Scope, pending: list[PendingExecution],
         cur.executemany(
             "INSERT INTO executions (tenant_id, id, action_id, action_version, status, parent_execution_id,"
             " root_execution_id, call_sequence, depth, attempts, client_id, event, input, session_id,"
-            " parent_attempt, rolled_back)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            " parent_attempt, rolled_back, mcp_server_id)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             [(scope.tenant_id, p.execution_id, p.action_id, p.action_version, p.status, p.parent_execution_id,
               p.root_execution_id, p.call_sequence, p.depth, p.attempt, p.client_id, record_json(p.event),
-              record_json(p.input), p.session_id, p.parent_attempt, p.rolled_back) for p in pending],
+              record_json(p.input), p.session_id, p.parent_attempt, p.rolled_back, p.mcp_server_id)
+             for p in pending],
         )
         cur.executemany(
             "INSERT INTO invocations (tenant_id, execution_id, attempt, input, output, error, tools, logs,"
