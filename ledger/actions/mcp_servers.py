@@ -143,6 +143,15 @@ def get_server(scope: Scope, server_id: uuid.UUID) -> McpServer | None:
     return McpServer.from_row(row)
 
 
+def require_server(scope: Scope, server_id: uuid.UUID) -> McpServer:
+    """The server a mutation names (a token confined to it): `not_found` when it does not exist in the
+    tenant or was deleted, `permission_denied` when the caller may not SELECT it."""
+    server = get_server(scope, server_id)
+    if server is None:
+        raise NotFound(f"no MCP server {server_id}", hint="check the id; mcpServers lists the servers")
+    return server
+
+
 def list_servers(scope: Scope, first: int, after: str | None) -> list[McpServer]:
     scope.require("SELECT", SERVER_INDEX, index=True)
     rows = page_visible(scope, SERVER, "mcp_servers", _COLUMNS, first, after, where="NOT deleted")
