@@ -134,8 +134,6 @@ class PendingExecution:
     finished_at: datetime.datetime | None = None
     output_bytes: int | None = None
     action_name: str | None = None  # for metrics and logs
-    # The MCP server the call was made through (DESIGN 12); None for any other call.
-    mcp_server_id: uuid.UUID | None = None
 
     @property
     def duration_ms(self) -> float | None:
