@@ -1,4 +1,5 @@
-"""The HTTP surface: POST /graphql (one request, one transaction), GraphiQL, /healthz, /metrics.
+"""The HTTP surface: POST /graphql (one request, one transaction), POST /mcp/<name> (ledger/api/mcp),
+GraphiQL, /healthz, /metrics.
 
 The GraphQL execution is synchronous and runs on a worker thread: every field, including the fields
 inside the `actions {}` namespace objects, then runs serially in document order on the request's one
@@ -7,8 +8,8 @@ database connection.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import random
 import time
 from typing import Any
 
@@ -28,6 +29,8 @@ from . import documents
 from .documents import error_payload, first_retryable, format_error, is_document_error
 from .graphiql import asset_response, graphiql_page
 from .json_codec import dump_json, load_json
+from .mcp import McpEndpoint
+from .retries import with_retries
 from .schema import schema
 
 log = logging.getLogger("ledger.http")
@@ -141,22 +144,17 @@ class GraphQLEndpoint:
 
     def execute(self, claims, query: str, variables: dict | None, operation_name: str | None,
                 deadline: float, dry_run: bool) -> tuple[dict, int]:
-        attempts = self.services.settings.race_retries + 1
-        for attempt in range(attempts):
-            try:
-                payload, status = self._execute_once(claims, query, variables, operation_name, deadline, dry_run)
-            except Retryable as exc:
-                if attempt + 1 < attempts and exc.race and time.monotonic() < deadline:
-                    time.sleep(random.uniform(0.001, min(0.2, 0.005 * 2**attempt)))
-                    continue
-                REQUESTS.labels("retryable").inc()
-                return {"data": None, "errors": [error_payload(exc.message, exc.code, exc.hint, retryable=True)]}, 200
-            except Unauthenticated as exc:
-                REQUESTS.labels("unauthenticated").inc()
-                return {"errors": [error_payload(exc.message, exc.code, exc.hint)]}, 401
-            REQUESTS.labels("error" if payload.get("errors") else "ok").inc()
-            return payload, status
-        raise AssertionError("unreachable")
+        try:
+            payload, status = with_retries(self.services.settings, deadline, lambda: self._execute_once(
+                claims, query, variables, operation_name, deadline, dry_run))
+        except Retryable as exc:
+            REQUESTS.labels("retryable").inc()
+            return {"data": None, "errors": [error_payload(exc.message, exc.code, exc.hint, retryable=True)]}, 200
+        except Unauthenticated as exc:
+            REQUESTS.labels("unauthenticated").inc()
+            return {"errors": [error_payload(exc.message, exc.code, exc.hint)]}, 401
+        REQUESTS.labels("error" if payload.get("errors") else "ok").inc()
+        return payload, status
 
     def _execute_once(self, claims, query, variables, operation_name, deadline, dry_run) -> tuple[dict, int]:
         services = self.services
@@ -216,9 +214,21 @@ def build_app(services: Services) -> Starlette:
         # Only the pinned asset names are served, from the first cache that holds them all.
         return await run_in_threadpool(asset_response, services, request.path_params["name"])
 
-    return Starlette(routes=[
+    mcp = McpEndpoint(services)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette):
+        # The MCP session manager runs here: a mounted sub-app's lifespan would never run.
+        async with mcp.running():
+            yield
+
+    app = Starlette(routes=[
         Route("/graphql", endpoint, methods=["GET", "POST"]),
         Route("/graphiql/{name}", graphiql_asset, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-    ])
+        # The SDK answers every method itself (405 for GET and DELETE in stateless mode).
+        Route("/mcp/{name}", mcp, methods=["GET", "POST", "DELETE"]),
+    ], lifespan=lifespan)
+    app.state.mcp = mcp
+    return app
