@@ -72,7 +72,13 @@ def with_client(url: str, token: str, work: Callable[[Client], Awaitable[Any]], 
             async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
                 return await work(client)
 
-    return anyio.run(main)
+    try:
+        return anyio.run(main)
+    except BaseExceptionGroup as group:
+        # The client's task groups wrap what the server answered: raise that (an MCPError, ...).
+        while isinstance(group, BaseExceptionGroup) and len(group.exceptions) == 1:
+            group = group.exceptions[0]
+        raise group from None
 
 
 def list_tools(url: str, token: str, **kw) -> list:

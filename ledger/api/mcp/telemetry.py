@@ -1,5 +1,5 @@
-"""Metrics and one log line for every MCP request, and the record's instructions in the initialize
-result: an SDK middleware, which sees every request the SDK dispatches, and the route's refusals.
+"""Metrics and one log line for every MCP request, the record's instructions in the initialize result,
+and the nulls of the ledger's `_meta`: an SDK middleware, which sees every request the SDK dispatches, and the route's refusals.
 
 Metrics carry no tenant-chosen string (DESIGN 17): the method (from the fixed set MCP defines) and the
 outcome only; the log line names the server, the tool and the executionId.
@@ -18,7 +18,7 @@ from prometheus_client import Counter, Histogram
 from pydantic import ValidationError
 
 from ...metrics import json_size
-from .tools import ERROR, EXECUTION_ID
+from .tools import ACTION_ID, ACTION_VERSION, ERROR, EXECUTION_ID
 
 log = logging.getLogger("ledger.mcp")
 
@@ -73,6 +73,7 @@ class Telemetry:
                 if ctx.method in ("initialize", "server/discover") and caller is not None \
                         and caller.server.instructions:
                     result["instructions"] = caller.server.instructions
+                _restore_nulls(ctx.method, result)
                 if result.get("isError"):
                     outcome = "tool_error"
             return result
@@ -84,6 +85,21 @@ class Telemetry:
             if size is not None:
                 RESULT_BYTES.labels(method).observe(size)
             _log_line(ctx, caller, method, outcome, seconds, size, code, result)
+
+
+def _restore_nulls(method: str, result: dict) -> None:
+    """The SDK's 2026-07-28 serializer drops null values inside `_meta` (its 2025 one keeps them): put
+    back the nulls the ledger's `_meta` promises (an actionVersion that follows the latest, an error
+    without a hint), so that every protocol revision reads the same keys."""
+    if method == "tools/list":
+        for tool in result.get("tools") or ():
+            meta = tool.get("_meta")
+            if isinstance(meta, dict) and ACTION_ID in meta:
+                meta.setdefault(ACTION_VERSION, None)
+    elif method == "tools/call":
+        error = (result.get("_meta") or {}).get(ERROR)
+        if isinstance(error, dict):
+            error.setdefault("hint", None)
 
 
 def _log_line(ctx: ServerRequestContext[Any, Any], caller: Any, method: str, outcome: str, seconds: float,
