@@ -338,3 +338,156 @@ def test_an_execution_id_that_is_not_a_uuid_is_bad_request(served, examples, db_
     assert result.is_error is True
     assert result.meta["ledger/error"]["code"] == "bad_request"
     assert count_rows(db_url, "executions") == before
+
+
+# ---------------------------------------------------------------------------- bad input
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+JSON_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+def post(served: str, name: str, body, token: str | None, **headers) -> httpx.Response:
+    sent = {**JSON_HEADERS, **({"Authorization": f"Bearer {token}"} if token else {}), **headers}
+    content = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return httpx.post(url_of(served, name), content=content, headers=sent, timeout=60)
+
+
+def tools_call(name: str, arguments) -> dict:
+    return {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+
+
+@pytest.fixture
+def desk(examples):
+    return create_server(examples, "desk", [ACTIVITY, TRANSFER_REF], EVERYTHING)
+
+
+@pytest.mark.parametrize("token", [None, "not-a-jwt"])
+def test_a_missing_or_bad_token_is_401_with_www_authenticate(served, desk, token):
+    response = post(served, "desk", INIT, token)
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert response.json()["error"]["code"] == "unauthenticated"
+
+
+def test_an_expired_token_is_401(served, examples, desk, services):
+    expired, _ = services.tokens.mint(examples.tenant_id, examples.client_id, 60, now=1)
+    response = post(served, "desk", INIT, expired)
+    assert (response.status_code, response.headers["www-authenticate"]) == (401, "Bearer")
+
+
+def test_a_confined_token_lists_its_server_and_is_refused_at_another_and_at_graphql(served, examples, desk):
+    create_server(examples, "other", [ACTIVITY], READ_ONLY)
+    client_id = str(uuid.uuid4())
+    examples.gql("""mutation($id: UUID!, $p: [PolicyStatementInput!]!) { clients {
+      createClient(id: $id, input: {name: "assistant", policies: $p}) { id } } }""", {"id": client_id, "p": EVERYTHING})
+    from mcp_helpers import token_for
+
+    confined = token_for(examples, client_id, mcp_server=desk)
+    assert [t.name for t in list_tools(url_of(served, "desk"), confined)] == ["get_account_activity", "transfer"]
+    elsewhere = post(served, "other", INIT, confined)
+    assert (elsewhere.status_code, elsewhere.headers["www-authenticate"]) == (401, "Bearer")
+    assert post(served, "nowhere", INIT, confined).status_code == 401
+    graphql = httpx.post(f"{served}/graphql", json={"query": "{ __typename }"},
+                         headers={"Authorization": f"Bearer {confined}"})
+    assert graphql.status_code == 401
+
+
+def test_an_unknown_disabled_or_deleted_server_is_404(served, examples, desk):
+    assert post(served, "nowhere", INIT, examples.token).status_code == 404
+    closed = create_server(examples, "closed", [ACTIVITY], READ_ONLY, enabled=False)
+    assert post(served, "closed", INIT, examples.token).status_code == 404
+    examples.gql(UPDATE_SERVER, {"id": closed, "input": {"name": "closed", "tools": [ACTIVITY], "enabled": True}})
+    assert post(served, "closed", INIT, examples.token).status_code == 200
+    examples.gql(DELETE_SERVER, {"id": closed})
+    response = post(served, "closed", INIT, examples.token)
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+def _nothing_written(db_url: str, before: tuple[int, int]) -> None:
+    assert (count_rows(db_url, "executions"), count_rows(db_url, "sessions")) == before
+
+
+def _counts(db_url: str) -> tuple[int, int]:
+    return count_rows(db_url, "executions"), count_rows(db_url, "sessions")
+
+
+def test_malformed_json_is_the_sdk_s_parse_error(served, examples, desk, db_url):
+    before = _counts(db_url)
+    response = post(served, "desk", b"{not json", examples.token)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == -32700
+    _nothing_written(db_url, before)
+
+
+def test_a_body_that_is_not_json_rpc_is_the_sdk_s_error(served, examples, desk, db_url):
+    before = _counts(db_url)
+    response = post(served, "desk", {"hello": "world"}, examples.token)
+    assert 400 <= response.status_code < 500
+    assert response.json()["error"]["code"] in (-32600, -32602)
+    _nothing_written(db_url, before)
+
+
+def test_an_unknown_method_is_method_not_found(served, examples, desk, db_url):
+    before = _counts(db_url)
+    response = post(served, "desk", {"jsonrpc": "2.0", "id": 3, "method": "tools/frobnicate", "params": {}},
+                    examples.token, **{"MCP-Protocol-Version": "2025-11-25"})
+    assert response.status_code == 200
+    assert response.json()["error"]["code"] == -32601
+    _nothing_written(db_url, before)
+
+
+def test_a_body_over_the_limit_is_413(served, examples, desk, services, db_url):
+    before = _counts(db_url)
+    padding = "x" * (services.settings.max_body_bytes + 1)
+    response = post(served, "desk", tools_call("get_account_activity", {"account_id": padding}), examples.token,
+                    **{"MCP-Protocol-Version": "2025-11-25"})
+    assert response.status_code == 413
+    _nothing_written(db_url, before)
+
+
+def test_a_wrong_protocol_version_is_the_sdk_s_error(served, examples, desk, db_url):
+    before = _counts(db_url)
+    response = post(served, "desk", tools_call("get_account_activity", {"account_id": str(uuid.uuid4())}),
+                    examples.token, **{"MCP-Protocol-Version": "1999-01-01"})
+    assert 400 <= response.status_code < 500
+    assert response.json()["error"]["code"] < 0
+    _nothing_written(db_url, before)
+
+
+def test_arguments_that_are_not_an_object_are_invalid_params(served, examples, desk, db_url):
+    before = _counts(db_url)
+    response = post(served, "desk", tools_call("get_account_activity", ["not", "an", "object"]), examples.token,
+                    **{"MCP-Protocol-Version": "2025-11-25"})
+    assert response.json()["error"]["code"] == -32602
+    _nothing_written(db_url, before)
+
+
+def test_a_host_the_server_was_not_told_is_refused(served, examples, desk):
+    response = post(served, "desk", INIT, examples.token, Host="attacker.example")
+    assert response.status_code == 421
+
+
+# ---------------------------------------------------------------------------- telemetry
+
+
+def test_metrics_count_requests_by_method_and_outcome_without_server_names(served, examples, desk):
+    list_tools(url_of(served, "desk"), examples.token)
+    post(served, "nowhere", INIT, examples.token)
+    body = httpx.get(f"{served}/metrics").text
+    assert 'ledger_mcp_requests_total{method="tools/list",outcome="ok"}' in body
+    assert 'ledger_mcp_requests_total{method="unknown",outcome="not_found"}' in body
+    assert "ledger_mcp_result_bytes_bucket" in body and "ledger_mcp_request_seconds_bucket" in body
+    mcp_lines = [line for line in body.splitlines() if line.startswith("ledger_mcp_")]
+    assert not any("desk" in line or "nowhere" in line for line in mcp_lines)
+
+
+def test_each_call_logs_one_line_naming_its_execution_id(served, examples, desk, caplog):
+    payer, _ = money(examples)
+    with caplog.at_level("INFO", logger="ledger.mcp"):
+        result = call_tool(url_of(served, "desk"), examples.token, "get_account_activity", {"account_id": payer})
+    lines = [r for r in caplog.records if r.name == "ledger.mcp" and getattr(r, "method", None) == "tools/call"]
+    assert len(lines) == 1
+    assert lines[0].executionId == result.meta["ledger/executionId"]
+    assert lines[0].outcome == "ok" and lines[0].mcpServer == "desk"
