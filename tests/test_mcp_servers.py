@@ -404,3 +404,24 @@ def test_two_tenants_may_give_their_servers_one_name(api, other_api):
     echo_tool(api)
     echo_tool(other_api)
     assert create_server(api, server_input())["path"] == create_server(other_api, server_input())["path"]
+
+
+def test_an_action_that_already_had_a_name_now_reserved_keeps_it_and_keeps_working(api, db_url):
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    doc = tool("legacy", 'def run(event):\n    return 1\n')
+    action_id = publish(api, doc)
+    # As if written before `invoke` was reserved: the stored name is the native's.
+    with psycopg.connect(db_url, autocommit=True) as conn, conn.transaction():
+        conn.execute("SELECT set_config('ledger.tenant_id', %s, true)", (str(api.tenant_id),))
+        conn.execute("UPDATE actions SET name = 'invoke' WHERE id = %s", (action_id,))
+        definition = conn.execute("SELECT definition FROM action_versions WHERE action_id = %s",
+                                  (action_id,)).fetchone()[0]
+        conn.execute("UPDATE action_versions SET definition = %s WHERE action_id = %s",
+                     (Jsonb({**definition, "name": "invoke"}), action_id))
+    renamed = {**doc, "name": "invoke", "config": {"runtime": "starlark", "src": 'def run(event):\n    return 2\n'}}
+    updated = api.gql("""mutation($id: UUID!, $input: ActionInput!) { actions { updateAction(id: $id, input: $input) {
+      version name } } }""", {"id": action_id, "input": renamed})["actions"]["updateAction"]
+    assert updated == {"version": 2, "name": "invoke"}
+    assert invoke(api, action_id)["invocation"]["output"] == 2
