@@ -1,4 +1,10 @@
-"""The native tools every tenant has without creating them: `graphql` and `cel`, at version 1."""
+"""The native tools every tenant has without creating them, at version 1, with fixed ids (DESIGN 11).
+
+`graphql` and `cel` can be called like any tool and be the kind of an action. `program`, `invoke`,
+`get_task` and `cancel_task` act for an MCP server's caller: only a server may list them, and nobody
+invokes or starts them directly. `read_result` and `model_call` (for agents) are reserved names and ids
+only, until agents exist.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,12 @@ from ..policy.chain import Layer
 
 GRAPHQL_ID = uuid.UUID("00000000-0000-4000-8000-000000000001")
 CEL_ID = uuid.UUID("00000000-0000-4000-8000-000000000002")
+PROGRAM_ID = uuid.UUID("00000000-0000-4000-8000-000000000003")
+INVOKE_ID = uuid.UUID("00000000-0000-4000-8000-000000000004")
+GET_TASK_ID = uuid.UUID("00000000-0000-4000-8000-000000000005")
+CANCEL_TASK_ID = uuid.UUID("00000000-0000-4000-8000-000000000006")
+READ_RESULT_ID = uuid.UUID("00000000-0000-4000-8000-000000000007")
+MODEL_CALL_ID = uuid.UUID("00000000-0000-4000-8000-000000000008")
 NATIVE_CREATED_AT = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 
 GRAPHQL_INPUT = {
@@ -33,6 +45,53 @@ CEL_INPUT = {
 }
 CEL_OUTPUT = {"type": "object", "properties": {"value": {}}}
 
+PROGRAM_INPUT = {
+    "type": "object",
+    "properties": {
+        "src": {"type": "string", "description": "A Starlark program that defines run() (no argument). In it, "
+                "each tool of this server is tools.<name>(prop=value, ...); attempt(tools.<name>, prop=value, ...) "
+                "returns {status, output | error, executionId} instead of failing the program."},
+        "preview": {"type": "boolean", "description": "Run it, then roll every write back."},
+    },
+    "required": ["src"],
+    "additionalProperties": False,
+}
+PROGRAM_OUTPUT = {
+    "type": "object",
+    "properties": {"value": {}, "logs": {"type": "array", "items": {"type": "string"}}, "preview": {"type": "boolean"}},
+    "required": ["value", "logs"],
+}
+INVOKE_INPUT = {
+    "type": "object",
+    "properties": {
+        "tool": {"type": "string", "description": "The name of one of this server's tools."},
+        "input": {"type": "object", "description": "The tool's input (default {})."},
+        "version": {"type": "integer", "minimum": 1, "description": "The version you expect the tool to be at."},
+        "preview": {"type": "boolean", "description": "Run it, then roll every write back."},
+        "start": {"type": "boolean", "description": "Start it as a task instead of waiting for its output."},
+    },
+    "required": ["tool"],
+    "additionalProperties": False,
+}
+TASK_INPUT = {
+    "type": "object",
+    "properties": {"taskId": {"type": "string", "format": "uuid", "description": "The taskId invoke returned."}},
+    "required": ["taskId"],
+    "additionalProperties": False,
+}
+TASK_OUTPUT = {
+    "type": "object",
+    "properties": {
+        "taskId": {"type": "string"},
+        "status": {"enum": ["working", "completed", "failed", "cancelled"]},
+        "statusMessage": {"type": ["string", "null"]},
+        "output": {},
+        "error": {"type": ["object", "null"]},
+        "pollIntervalMs": {"type": "integer"},
+    },
+    "required": ["taskId", "status"],
+}
+
 NATIVE_TOOLS = {
     "graphql": {
         "id": GRAPHQL_ID,
@@ -50,9 +109,55 @@ NATIVE_TOOLS = {
         # cel performs no operations, so its layer allows none.
         "layer": Layer("native tool \"cel\" v1", ()),
     },
+    # The natives below act for an MCP server's caller: a call adds no tool level, so their layers are
+    # never part of a chain. Each denies everything, should one ever be placed in a chain by mistake.
+    "program": {
+        "id": PROGRAM_ID,
+        "description": "Runs a Starlark program that calls this server's tools as tools.<name>(...) in one "
+                       "transaction: all its writes commit together or not at all. Returns {value, logs}, "
+                       "value being what run() returned.",
+        "inputSchema": PROGRAM_INPUT,
+        "outputSchema": PROGRAM_OUTPUT,
+        "layer": Layer("native tool \"program\" v1", ()),
+    },
+    "invoke": {
+        "id": INVOKE_ID,
+        "description": "Calls one of this server's tools by name. Returns its output; with preview: true, "
+                       "{status, output or error, children} and nothing is kept; with start: true, "
+                       "{taskId, status} at once (follow it with get_task).",
+        "inputSchema": INVOKE_INPUT,
+        "outputSchema": None,
+        "layer": Layer("native tool \"invoke\" v1", ()),
+    },
+    "get_task": {
+        "id": GET_TASK_ID,
+        "description": "Reads a task that invoke started. Returns {taskId, status (working, completed, failed "
+                       "or cancelled), statusMessage, output, error, pollIntervalMs}.",
+        "inputSchema": TASK_INPUT,
+        "outputSchema": TASK_OUTPUT,
+        "layer": Layer("native tool \"get_task\" v1", ()),
+    },
+    "cancel_task": {
+        "id": CANCEL_TASK_ID,
+        "description": "Cancels a task that invoke started and has not finished. Returns the task as get_task "
+                       "does, with status cancelled.",
+        "inputSchema": TASK_INPUT,
+        "outputSchema": TASK_OUTPUT,
+        "layer": Layer("native tool \"cancel_task\" v1", ()),
+    },
 }
 NATIVE_BY_ID = {spec["id"]: name for name, spec in NATIVE_TOOLS.items()}
-RESERVED_NAMES = frozenset(NATIVE_TOOLS)
+
+# The natives an action can take as its kind, and call in a program as graphql() and cel().
+NATIVE_KINDS = frozenset({"graphql", "cel"})
+# The natives that only an MCP server may list.
+SERVER_NATIVES = frozenset({"program", "invoke", "get_task", "cancel_task"})
+# Reserved for agents (DESIGN 13): names and ids only, no record yet.
+AGENT_NATIVES = {"read_result": READ_RESULT_ID, "model_call": MODEL_CALL_ID}
+# Natives that act for their caller: never invoked or started directly (`action_not_callable`).
+ACTS_FOR_CALLER = SERVER_NATIVES | frozenset(AGENT_NATIVES)
+RESERVED_NAMES = frozenset(NATIVE_TOOLS) | frozenset(AGENT_NATIVES)
+RESERVED_IDS = frozenset(NATIVE_BY_ID) | frozenset(AGENT_NATIVES.values())
 
 
 def native_record(name: str) -> dict:

@@ -19,7 +19,7 @@ from ..values import same_json
 from ..scope import Scope
 from . import natives
 from .lifecycle import has_unfinished_starts
-from .validation import ActionDefinitionInvalid, ReferenceTarget, validate_definition
+from .validation import ActionDefinitionInvalid, ReferenceLookup, ReferenceTarget, validate_definition
 
 ACTION = "financial.Action.document"
 ACTION_INDEX = "financial.Action.indexes.all"
@@ -166,7 +166,7 @@ def _matches(record: dict, where: dict) -> bool:
 
 
 def create_action(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
-    if action_id in natives.NATIVE_BY_ID:
+    if action_id in natives.RESERVED_IDS:
         raise ActionExists(f"{action_id} is the id of a native tool", hint="choose a new UUID for a new action")
     definition = _validated(scope, action_id, doc)
     candidate = {"tenant_id": scope.tenant_id, "action_id": action_id, "name": definition["name"],
@@ -200,8 +200,8 @@ def update_action(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
     if header["status"] == "DELETED":
         raise ActionStateError(f"action {action_id} is deleted and takes no new versions",
                                hint="create a new action instead")
-    definition = _validated(scope, action_id, doc)
-    if same_json(definition, latest["definition"]):  # by type: a schema's `true` is not `1`
+    definition = _validated(scope, action_id, doc, current_name=header["name"])
+    if same_json(definition, _with_reference_defaults(latest["definition"])):  # by type: a schema's `true` is not `1`
         scope.require("SELECT", ACTION, as_document(latest))
         return latest
     next_version = header["latest_version"] + 1
@@ -221,6 +221,15 @@ def update_action(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
         raise _name_taken(definition["name"]) from exc
     _insert_version(scope, action_id, next_version, definition)
     return load_action(scope, action_id, next_version)
+
+
+def _with_reference_defaults(definition: dict) -> dict:
+    """A stored definition as validation writes it now: references written before `confirm` existed
+    compare equal to the same input written today."""
+    refs = definition.get("tools")
+    if not refs or all("confirm" in ref for ref in refs):
+        return definition
+    return {**definition, "tools": [{**ref, "confirm": bool(ref.get("confirm"))} for ref in refs]}
 
 
 def _claim_name(scope: Scope, action_id: uuid.UUID, name: str) -> None:
@@ -243,7 +252,9 @@ def _insert_version(scope: Scope, action_id: uuid.UUID, version: int, definition
     )
 
 
-def _validated(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
+def reference_lookup(scope: Scope) -> ReferenceLookup:
+    """Finds a referenced action by registry name, at its pinned or latest version (for validation)."""
+
     def lookup(name: str, version: int | None) -> ReferenceTarget | None:
         row = scope.one(f"SELECT {_HEADER} FROM actions a WHERE a.tenant_id = %s AND a.name = %s"
                         " ORDER BY (a.status = 'DELETED'), a.created_at DESC LIMIT 1", (scope.tenant_id, name))
@@ -257,6 +268,12 @@ def _validated(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
             enabled=version_row["enabled"] if version_row else False,
         )
 
+    return lookup
+
+
+def _validated(scope: Scope, action_id: uuid.UUID, doc: dict, current_name: str | None = None) -> dict:
+    lookup = reference_lookup(scope)
+
     def walk(target: uuid.UUID, version: int | None) -> list[dict]:
         header = _header(scope, target)
         if header is None:
@@ -268,7 +285,7 @@ def _validated(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
         return scope.services.executor_pool().compile(source, tool_names)
 
     return validate_definition(action_id, doc, lookup=lookup, walk=walk, compile_program=compile_program,
-                               analyze_program=scope.services.analyze_program)
+                               analyze_program=scope.services.analyze_program, current_name=current_name)
 
 
 # ---------------------------------------------------------------------------- lifecycle

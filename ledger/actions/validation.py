@@ -15,7 +15,7 @@ from typing import Any, Callable
 from ..errors import LedgerError
 from ..policy.cel import CelError, compile_expression_check
 from ..policy.statements import parse_policies
-from .natives import NATIVE_TOOLS, RESERVED_NAMES
+from .natives import AGENT_NATIVES, NATIVE_KINDS, NATIVE_TOOLS, RESERVED_NAMES, SERVER_NATIVES
 from .schemas import schema_problems
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -23,25 +23,32 @@ MAX_SOURCE_BYTES = 64 * 1024
 MAX_RESPONSE_TIMEOUT_MS = 300_000
 DEFAULT_RESPONSE_TIMEOUT_MS = 30_000
 MAX_ATTEMPTS_LIMIT = 100
-KINDS_WITH_TOOL_BLOCK = {"tool", "agent"} | set(NATIVE_TOOLS)
+KINDS_WITH_TOOL_BLOCK = {"tool", "agent"} | set(NATIVE_KINDS)
 KINDS_WITH_TOOLS = {"tool", "agent"}
 SUPPORTED_KINDS = ("tool", "graphql", "cel")
 OFFLOAD_MODES = ("AUTO", "NEVER")
 DEFAULT_EXECUTION = {"maxAttempts": 3, "backoffSeconds": 1.0}
 
 
-class ActionDefinitionInvalid(LedgerError):
-    code = "action_definition_invalid"
+class DefinitionInvalid(LedgerError):
+    """A definition written with problems: one error listing every problem and its path."""
+
+    what = "definition"
 
     def __init__(self, problems: list[dict]) -> None:
         count = len(problems)
         summary = "; ".join(f"{p['path']}: {p['message']}" for p in problems[:5])
         more = f" (and {count - 5} more)" if count > 5 else ""
         super().__init__(
-            f"the action definition has {count} problem{'s' if count != 1 else ''}: {summary}{more}",
+            f"the {self.what} has {count} problem{'s' if count != 1 else ''}: {summary}{more}",
             hint="fix every problem listed in extensions.problems, then write the definition again",
             extensions={"problems": problems},
         )
+
+
+class ActionDefinitionInvalid(DefinitionInvalid):
+    code = "action_definition_invalid"
+    what = "action definition"
 
 
 @dataclass
@@ -86,11 +93,14 @@ def validate_definition(
     walk: ReferenceWalker,
     compile_program: Compiler,
     analyze_program: Analyzer | None,
+    current_name: str | None = None,
 ) -> dict:
+    """`current_name`: the name the action has now (an update), which it may keep even when it has
+    since become a reserved native name (DESIGN 11: such an action keeps working)."""
     problems = Problems()
     name = doc.get("name")
     kind = doc.get("kind")
-    _check_name(name, problems)
+    check_name(name, problems, keeps=current_name)
     if kind not in SUPPORTED_KINDS:
         hint = " (agents come in a later release)" if kind == "agent" else ""
         problems.add("kind", f"unknown kind {kind!r}; use one of {', '.join(SUPPORTED_KINDS)}{hint}")
@@ -111,7 +121,7 @@ def validate_definition(
     if references and kind not in KINDS_WITH_TOOLS:
         problems.add("tools", f"a {kind} action cannot reference tools; only tool and agent actions can")
         references = []
-    normalized_refs, tool_names = _check_references(action_id, references, lookup, walk, problems)
+    normalized_refs, tool_names = check_references(references, lookup, problems, origin=action_id, walk=walk)
 
     if kind == "tool" and config is not None and not any(p["path"].startswith("config") for p in problems.items):
         source = config["src"]
@@ -136,11 +146,12 @@ def validate_definition(
     }
 
 
-def _check_name(name: Any, problems: Problems) -> None:
+def check_name(name: Any, problems: Problems, *, keeps: str | None = None) -> None:
+    """The registry name rule, shared by actions and MCP servers (`keeps`: a name already held)."""
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         problems.add("name", f"{name!r} is not a valid name: use 1 to 64 lower-case letters, digits and "
                              "underscores, starting with a letter (e.g. `settle_invoice`)")
-    elif name in RESERVED_NAMES:
+    elif name in RESERVED_NAMES and name != keeps:
         problems.add("name", f"{name!r} is reserved for the native {name} tool; choose another name")
 
 
@@ -148,7 +159,7 @@ def _check_tool_block(kind: Any, block: Any, problems: Problems) -> dict | None:
     if block is None:
         if kind == "tool":
             problems.add("tool", "a tool action needs a tool block (name, description, inputSchema)")
-        if kind in NATIVE_TOOLS:
+        if kind in NATIVE_KINDS:
             spec = NATIVE_TOOLS[kind]
             return {"name": kind, "description": spec["description"], "inputSchema": spec["inputSchema"],
                     "outputSchema": spec["outputSchema"], "output": {"offload": "AUTO"}, "responseTimeout": None,
@@ -163,7 +174,7 @@ def _check_tool_block(kind: Any, block: Any, problems: Problems) -> dict | None:
                                   "starting with a letter, at most 64")
     if not isinstance(block.get("description"), str) or not block["description"].strip():
         problems.add("tool.description", "describe what the tool does: callers and agents read it")
-    if kind in NATIVE_TOOLS:
+    if kind in NATIVE_KINDS:
         # A native-kind action takes the native tool's schemas; its own block only names and describes it.
         input_schema = NATIVE_TOOLS[kind]["inputSchema"]
         output_schema = NATIVE_TOOLS[kind]["outputSchema"]
@@ -246,7 +257,7 @@ def _check_config(kind: Any, config: Any, problems: Problems) -> dict | None:
         if any(p["path"].startswith("config") for p in problems.items):
             return None
         return {"runtime": "starlark", "src": src}
-    if kind in NATIVE_TOOLS:
+    if kind in NATIVE_KINDS:
         if config is None:
             return {"version": 1}
         if config != {"version": 1}:
@@ -275,23 +286,39 @@ def _check_execution(settings: Any, problems: Problems) -> dict:
     return merged
 
 
-def _check_references(action_id: uuid.UUID, references: list, lookup: ReferenceLookup, walk: ReferenceWalker,
-                      problems: Problems) -> tuple[list[dict], list[str]]:
+def check_references(references: Any, lookup: ReferenceLookup, problems: Problems, *,
+                     origin: uuid.UUID | None = None, walk: ReferenceWalker | None = None,
+                     listable_natives: frozenset[str] = frozenset()) -> tuple[list[dict], list[str]]:
+    """An action's or an MCP server's `tools`: the stored references and the tool names they give.
+
+    `origin` and `walk` find references that lead back to the action being written (a server is no
+    tool, so nothing leads back to it). `listable_natives` are the natives the writer may list (an MCP
+    server's); an action lists none, it calls graphql() and cel() in its program.
+    """
     normalized: list[dict] = []
     tool_names: dict[str, int] = {}
     seen_actions: dict[uuid.UUID, int] = {}
+    if not isinstance(references, list):
+        problems.add("tools", "tools is a list of references {name, version, input, confirm}")
+        return normalized, []
     for index, ref in enumerate(references):
         path = f"tools[{index}]"
+        if not isinstance(ref, dict):
+            problems.add(path, "a reference is an object {name, version, input, confirm}")
+            continue
         name = ref.get("name")
         version = ref.get("version")
-        if name in RESERVED_NAMES:
-            problems.add(f"{path}.name", f"{name!r} is native: call `{name}()` in the program instead of "
-                                         "referencing it")
+        if name in RESERVED_NAMES and name not in listable_natives:
+            problems.add(f"{path}.name", _native_refused(name))
             continue
-        if version is not None and (not isinstance(version, int) or version < 1):
+        if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
             problems.add(f"{path}.version", "a version is a positive integer (omit it to follow the latest)")
             continue
-        target = lookup(name, version)
+        confirm = ref.get("confirm")
+        if confirm is not None and not isinstance(confirm, bool):
+            problems.add(f"{path}.confirm", "confirm is true or false")
+            continue
+        target = _native_target(name, version) if name in listable_natives else lookup(name, version)
         if target is None:
             problems.add(f"{path}.name", f"no action named {name!r} in this tenant; create it first (it may "
                                          "be written earlier in the same request)")
@@ -324,7 +351,8 @@ def _check_references(action_id: uuid.UUID, references: list, lookup: ReferenceL
             problems.add(path, f"two references give the tool name {tool_name!r} (tools[{tool_names[tool_name]}] "
                                f"and tools[{index}]); each tool name must be unique among the references")
             continue
-        if target.action_id == action_id or _leads_back(action_id, target.action_id, version, walk):
+        if origin is not None and walk is not None and (
+                target.action_id == origin or _leads_back(origin, target.action_id, version, walk)):
             problems.add(path, f"referencing {name!r} makes a cycle: it leads back to this action")
             continue
         fixed = ref.get("input")
@@ -339,8 +367,26 @@ def _check_references(action_id: uuid.UUID, references: list, lookup: ReferenceL
                     problems.add(f"{path}.input.{key}", exc.message)
         tool_names[tool_name] = index
         normalized.append({"name": name, "actionId": str(target.action_id), "actionVersion": version,
-                           "input": ref.get("input")})
+                           "input": ref.get("input"), "confirm": bool(confirm)})
     return normalized, list(tool_names)
+
+
+def _native_refused(name: str) -> str:
+    if name in SERVER_NATIVES:
+        return (f"{name!r} acts for an MCP server's caller: only an MCP server can list it (createMcpServer); "
+                "remove it from this action's tools")
+    if name in AGENT_NATIVES:
+        return f"{name!r} is reserved for agents, which come in a later release; remove the reference"
+    return f"{name!r} is native: call `{name}()` in the program instead of referencing it"
+
+
+def _native_target(name: str, version: int | None) -> ReferenceTarget:
+    spec = NATIVE_TOOLS[name]
+    definition = None
+    if version in (None, 1):
+        definition = {"kind": name, "tool": {"name": name}}
+    return ReferenceTarget(action_id=spec["id"], name=name, status="ACTIVE", pending=None, version=1,
+                           definition=definition, enabled=True)
 
 
 def _leads_back(origin: uuid.UUID, start: uuid.UUID, version: int | None, walk: ReferenceWalker) -> bool:

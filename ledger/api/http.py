@@ -115,7 +115,12 @@ class GraphQLEndpoint:
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("this request carries no bearer token",
                                   hint="send `Authorization: Bearer <token>`; `ledger token` mints one")
-        return self.services.tokens.verify(token.strip())
+        claims = self.services.tokens.verify(token.strip())
+        if claims.mcp_server is not None:
+            raise Unauthenticated(f"this token is confined to MCP server {claims.mcp_server}",
+                                  hint="use it only at that server's /mcp/<name> endpoint; for /graphql, mint a "
+                                       "token without mcpServer (issueToken(clientId, ttlSeconds))")
+        return claims
 
     def _deadline(self, request: Request) -> float:
         settings = self.services.settings

@@ -11,7 +11,7 @@ from graphql import specified_rules
 from strawberry.schema.config import StrawberryConfig
 from strawberry.scalars import JSON
 
-from ..actions import registry
+from ..actions import mcp_servers, registry
 from ..auth import clients
 from ..db.paging import clamp_first
 from ..domain import accounts
@@ -27,6 +27,7 @@ from .types import (
     Client,
     Effect,
     IssuedToken,
+    McpServer,
     Operation,
     Session,
     Transfer,
@@ -103,6 +104,35 @@ class ToolReferenceInput:
     name: str
     version: Optional[int] = strawberry.UNSET
     input: Optional[JSON] = strawberry.UNSET
+    confirm: Optional[bool] = strawberry.UNSET
+
+
+def references_json(refs: list[ToolReferenceInput]) -> list[dict]:
+    """References as plain documents; omitted fields are absent."""
+    out = []
+    for ref in refs:
+        item: dict = {"name": ref.name}
+        for key in ("version", "input", "confirm"):
+            value = getattr(ref, key)
+            if value is not strawberry.UNSET:
+                item[key] = value
+        out.append(item)
+    return out
+
+
+@strawberry.input
+class McpServerInput:
+    name: str
+    description: Optional[str] = None
+    instructions: Optional[str] = None
+    tools: list[ToolReferenceInput]
+    policies: Optional[list[PolicyStatementInput]] = None
+    enabled: Optional[bool] = None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "description": self.description, "instructions": self.instructions,
+                "tools": references_json(self.tools), "policies": policies_json(self.policies),
+                "enabled": self.enabled}
 
 
 @strawberry.input
@@ -170,15 +200,7 @@ def action_input_json(value: ActionInput) -> dict:
     if value.policies is not strawberry.UNSET:
         doc["policies"] = None if value.policies is None else policies_json(value.policies)
     if value.tools is not strawberry.UNSET:
-        refs = None
-        if value.tools is not None:
-            refs = []
-            for ref in value.tools:
-                item: dict = {"name": ref.name}
-                put(item, "version", ref.version)
-                put(item, "input", ref.input)
-                refs.append(item)
-        doc["tools"] = refs
+        doc["tools"] = None if value.tools is None else references_json(value.tools)
     if value.execution is not strawberry.UNSET:
         if value.execution is None:
             doc["execution"] = None
@@ -245,10 +267,28 @@ class ActionsQuery:
 
 
 @strawberry.type
+class McpServersQuery:
+    @strawberry.field
+    def mcp_server(self, info: strawberry.Info, id: uuid.UUID) -> Optional[McpServer]:
+        server = mcp_servers.get_server(scope_of(info), id)
+        return McpServer.from_server(server) if server else None
+
+    @strawberry.field
+    def mcp_servers(self, info: strawberry.Info, first: Optional[int] = 100,
+                    after: Optional[str] = None) -> list[McpServer]:
+        servers = mcp_servers.list_servers(scope_of(info), clamp_first(first, 100), after)
+        return [McpServer.from_server(s) for s in servers]
+
+
+@strawberry.type
 class Query:
     @strawberry.field
     def actions(self) -> ActionsQuery:
         return ActionsQuery()
+
+    @strawberry.field
+    def mcp_servers(self) -> McpServersQuery:
+        return McpServersQuery()
 
     @strawberry.field
     def financial(self) -> FinancialQuery:
@@ -299,8 +339,11 @@ class ClientsMutation:
 
     @strawberry.mutation
     @mutation_step
-    def issue_token(self, info: strawberry.Info, client_id: uuid.UUID, ttl_seconds: Optional[int] = None) -> IssuedToken:
-        token, expires = clients.issue_token(scope_of(info), client_id, ttl_seconds)
+    def issue_token(self, info: strawberry.Info, client_id: uuid.UUID, ttl_seconds: Optional[int] = None,
+                    mcp_server: Optional[uuid.UUID] = None) -> IssuedToken:
+        scope = scope_of(info)
+        confined_to = mcp_servers.require_server(scope, mcp_server).id if mcp_server is not None else None
+        token, expires = clients.issue_token(scope, client_id, ttl_seconds, mcp_server=confined_to)
         expires_at = datetime.datetime.fromtimestamp(expires, datetime.timezone.utc) if expires else None
         return IssuedToken(token=token, expires_at=expires_at)
 
@@ -367,6 +410,24 @@ class ActionsMutation:
 
 
 @strawberry.type
+class McpServersMutation:
+    @strawberry.mutation
+    @mutation_step
+    def create_mcp_server(self, info: strawberry.Info, id: uuid.UUID, input: McpServerInput) -> McpServer:
+        return McpServer.from_server(mcp_servers.create_server(scope_of(info), id, input.to_json()))
+
+    @strawberry.mutation
+    @mutation_step
+    def update_mcp_server(self, info: strawberry.Info, id: uuid.UUID, input: McpServerInput) -> McpServer:
+        return McpServer.from_server(mcp_servers.update_server(scope_of(info), id, input.to_json()))
+
+    @strawberry.mutation
+    @mutation_step
+    def delete_mcp_server(self, info: strawberry.Info, id: uuid.UUID) -> McpServer:
+        return McpServer.from_server(mcp_servers.delete_server(scope_of(info), id))
+
+
+@strawberry.type
 class Mutation:
     @strawberry.field
     def actions(self) -> ActionsMutation:
@@ -379,6 +440,10 @@ class Mutation:
     @strawberry.field
     def clients(self) -> ClientsMutation:
         return ClientsMutation()
+
+    @strawberry.field
+    def mcp_servers(self) -> McpServersMutation:
+        return McpServersMutation()
 
 
 MAX_TOKENS = 20_000

@@ -185,6 +185,13 @@ class ToolReference:
     action_id: uuid.UUID
     action_version: Optional[int]
     input: Optional[JSON]
+    confirm: bool
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "ToolReference":
+        return cls(name=raw["name"], action_id=uuid.UUID(str(raw["actionId"])),
+                   action_version=raw.get("actionVersion"), input=raw.get("input"),
+                   confirm=bool(raw.get("confirm")))
 
     @strawberry.field
     def action(self, info: strawberry.Info) -> Optional["Action"]:
@@ -217,13 +224,31 @@ class Action:
             name=rec["name"], description=rec.get("description"), kind=rec["kind"], config=rec.get("config"),
             tool=ToolBlock.from_json(rec["tool"]) if rec.get("tool") else None,
             policies=[PolicyStatement.from_json(p) for p in rec.get("policies") or []],
-            tools=[ToolReference(name=t["name"], action_id=uuid.UUID(str(t["actionId"])),
-                                 action_version=t.get("actionVersion"), input=t.get("input"))
-                   for t in rec.get("tools") or []],
+            tools=[ToolReference.from_json(t) for t in rec.get("tools") or []],
             status=ActionStatus(rec["status"]),
             pending=ActionPending(rec["pending"]) if rec.get("pending") else None,
             enabled=rec["enabled"], native=rec["native"], created_at=rec["created_at"],
         )
+
+
+@strawberry.type
+class McpServer:
+    id: uuid.UUID
+    name: str
+    description: Optional[str]
+    instructions: Optional[str]
+    tools: list[ToolReference]
+    policies: list[PolicyStatement]
+    enabled: bool
+    path: str = strawberry.field(description="Where it is served: /mcp/<name>")
+    created_at: datetime.datetime
+
+    @classmethod
+    def from_server(cls, server: Any) -> "McpServer":
+        return cls(id=server.id, name=server.name, description=server.description,
+                   instructions=server.instructions, tools=[ToolReference.from_json(t) for t in server.tools],
+                   policies=[PolicyStatement.from_json(p) for p in server.policies], enabled=server.enabled,
+                   path=server.path, created_at=server.created_at)
 
 
 # ---------------------------------------------------------------------------- executions
@@ -308,6 +333,8 @@ class ActionExecution:
     created_at: datetime.datetime
     rolled_back: bool = strawberry.field(
         description="Recorded beneath a failed call, a rolled-back attempt or a preview: none of its writes remain")
+    mcp_server_id: Optional[uuid.UUID] = strawberry.field(
+        default=None, description="The MCP server the call was made through; null for a call not made through one")
     _invocations: strawberry.Private[Optional[list[dict]]] = None
 
     @strawberry.field
@@ -348,7 +375,8 @@ class ActionExecution:
                                  record_type=event.get("recordType"),
                                  record_id=uuid.UUID(event["recordId"]) if event.get("recordId") else None),
             session_id=rec.get("session_id"), created_at=rec["created_at"],
-            rolled_back=rec.get("rolled_back", False), _invocations=rec.get("invocations"),
+            rolled_back=rec.get("rolled_back", False), mcp_server_id=rec.get("mcp_server_id"),
+            _invocations=rec.get("invocations"),
         )
 
 

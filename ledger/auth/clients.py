@@ -137,8 +137,11 @@ def get_client(scope: Scope, client_id: uuid.UUID) -> dict | None:
     return row
 
 
-def issue_token(scope: Scope, client_id: uuid.UUID, ttl_seconds: int | None) -> tuple[str, int | None]:
-    """Minting a token for a client is an UPDATE of that client: it extends who can act as it."""
+def issue_token(scope: Scope, client_id: uuid.UUID, ttl_seconds: int | None, *,
+                mcp_server: uuid.UUID | None = None) -> tuple[str, int | None]:
+    """Minting a token for a client is an UPDATE of that client: it extends who can act as it.
+
+    `mcp_server`: the server (checked by the caller to exist and be readable) the token is confined to."""
     if ttl_seconds is not None and ttl_seconds <= 0:
         raise InvalidInput("ttlSeconds must be positive", hint="omit it for a token without expiry")
     row = scope.one(f"SELECT {_COLUMNS} FROM clients WHERE tenant_id = %s AND id = %s",
@@ -149,7 +152,7 @@ def issue_token(scope: Scope, client_id: uuid.UUID, ttl_seconds: int | None) -> 
     if not row["enabled"]:
         raise LedgerError(f"client {client_id} is disabled", code="client_disabled",
                           hint="a disabled client's tokens are refused; create or use another client")
-    return scope.services.tokens.mint(scope.tenant_id, client_id, ttl_seconds)
+    return scope.services.tokens.mint(scope.tenant_id, client_id, ttl_seconds, mcp_server=mcp_server)
 
 
 def _checked_name(name: str) -> str:

@@ -1,4 +1,5 @@
-"""Bearer tokens: HS256 JWTs with `tenant`, `sub` (the client id), `iat` and optional `exp`.
+"""Bearer tokens: HS256 JWTs with `tenant`, `sub` (the client id), `iat`, optional `exp`, and optional
+`mcp_server` (a server's id: the token is confined to that MCP server's endpoint, DESIGN 12).
 
 The signing key is LEDGER_JWT_SECRET when set; otherwise one is generated on first use and stored in
 `ledger_secrets`, which only the owner role can read, so every process against one database signs
@@ -30,6 +31,8 @@ class TokenClaims:
     issued_at: int
     expires_at: int | None
     raw: dict[str, Any]
+    # The MCP server the token is confined to: it works at that server's /mcp/<name> and nowhere else.
+    mcp_server: uuid.UUID | None = None
 
 
 def load_signing_key(owner_conninfo: str) -> str:
@@ -57,9 +60,11 @@ class TokenService:
         self._verified: dict[str, TokenClaims] = {}
 
     def mint(self, tenant_id: uuid.UUID, client_id: uuid.UUID, ttl_seconds: int | None = None,
-             *, now: int | None = None) -> tuple[str, int | None]:
+             *, now: int | None = None, mcp_server: uuid.UUID | None = None) -> tuple[str, int | None]:
         issued = int(now if now is not None else time.time())
         claims: dict[str, Any] = {"tenant": str(tenant_id), "sub": str(client_id), "iat": issued}
+        if mcp_server is not None:
+            claims["mcp_server"] = str(mcp_server)
         expires = None
         if ttl_seconds is not None:
             expires = issued + int(ttl_seconds)
@@ -104,4 +109,12 @@ class TokenService:
             client_id = uuid.UUID(str(claims["sub"]))
         except ValueError as exc:
             raise Unauthenticated("the token's tenant or subject is not a UUID") from exc
-        return TokenClaims(tenant_id, client_id, int(claims["iat"]), exp, claims)
+        mcp_server = None
+        if "mcp_server" in claims:
+            try:
+                mcp_server = uuid.UUID(str(claims["mcp_server"]))
+            except ValueError as exc:
+                # Read as unconfined, such a token would work everywhere.
+                raise Unauthenticated("the token's mcp_server is not a UUID",
+                                      hint="send a token this server issued") from exc
+        return TokenClaims(tenant_id, client_id, int(claims["iat"]), exp, claims, mcp_server)

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 
+from ..actions import natives
 from ..actions.registry import ACTION, as_document, load_action
 from ..errors import LedgerError, NotFound, Retryable
 from ..scope import Scope
@@ -27,9 +28,13 @@ class ExecutionIdConflict(LedgerError):
     code = "execution_id_conflict"
 
 
-def callable_record(scope: Scope, action_id: uuid.UUID, version: int | None, record: dict | None = None) -> dict:
+def callable_record(scope: Scope, action_id: uuid.UUID, version: int | None, record: dict | None = None, *,
+                    acting_for_caller: bool = False) -> dict:
     """The version to run, or `action_not_callable` saying why not (`record`: it, already loaded); an
-    action that does not exist in the caller's tenant is `not_found`."""
+    action that does not exist in the caller's tenant is `not_found`.
+
+    The natives that act for their caller (an MCP server's `invoke`, `program`, ...) run only as the
+    server's calls (`acting_for_caller`), never directly: run directly they would act for nobody."""
     if record is None:
         record = load_action(scope, action_id, version)
     if record is None:
@@ -39,6 +44,11 @@ def callable_record(scope: Scope, action_id: uuid.UUID, version: int | None, rec
         raise ActionNotCallable(f"action {latest['name']!r} has no version {version}",
                                 hint=f"call a version from 1 to {latest['latest_version']}, or omit actionVersion")
     name = record["name"]
+    if record["native"] and name in natives.ACTS_FOR_CALLER and not acting_for_caller:
+        raise ActionNotCallable(f"the native {name!r} acts for an MCP server's caller and cannot be invoked or "
+                                "started directly",
+                                hint=f"list {name!r} in an MCP server (createMcpServer) and call it through "
+                                     "the server's /mcp/<name> endpoint")
     if record["status"] != "ACTIVE":
         hint = {"UNPUBLISHED": "publish it with publishAction first", "DISABLED": "enable it with enableAction",
                 "DELETED": "deleted actions cannot be called"}[record["status"]]

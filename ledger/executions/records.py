@@ -23,7 +23,7 @@ EXECUTION_INDEX = "financial.ActionExecution.indexes.children"
 
 _COLUMNS = ("tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
             " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input,"
-            " session_id, created_at, parent_attempt, rolled_back")
+            " session_id, created_at, parent_attempt, rolled_back, mcp_server_id")
 
 
 def execution_document(row: dict) -> dict:
@@ -56,7 +56,8 @@ def _record(row: dict, invocations: list[dict] | None = None) -> dict:
         "started_by": row["started_by_execution_id"], "event": row["event"], "input": row["input"],
         "session_id": row["session_id"], "created_at": row["created_at"], "client_id": row["client_id"],
         # Rows read without the column (a start, a cancel) are top-level executions: never rolled back.
-        "rolled_back": bool(row.get("rolled_back")), "invocations": invocations,
+        "rolled_back": bool(row.get("rolled_back")), "mcp_server_id": row.get("mcp_server_id"),
+        "invocations": invocations,
     }
 
 
@@ -123,6 +124,8 @@ class PendingExecution:
     enclosing_execution_id: uuid.UUID | None = None
     # Set when the tree is written: recorded beneath a call that failed, so none of its writes remain.
     rolled_back: bool = False
+    # The MCP server the call was made through (DESIGN 12), None for a call not made through one.
+    mcp_server_id: uuid.UUID | None = None
     output: Any = None
     error: dict | None = None
     tools: list[dict] = field(default_factory=list)
@@ -155,7 +158,8 @@ class PendingExecution:
             "root_execution_id": self.root_execution_id, "call_sequence": self.call_sequence,
             "depth": self.depth, "attempts": self.attempt, "started": False, "started_by": None,
             "event": self.event, "input": self.input, "session_id": self.session_id, "created_at": created_at,
-            "client_id": self.client_id, "rolled_back": self.rolled_back, "invocations": [invocation],
+            "client_id": self.client_id, "rolled_back": self.rolled_back, "mcp_server_id": self.mcp_server_id,
+            "invocations": [invocation],
         }
 
 
@@ -199,11 +203,12 @@ def flush(scope: Scope, pending: list[PendingExecution],
         cur.executemany(
             "INSERT INTO executions (tenant_id, id, action_id, action_version, status, parent_execution_id,"
             " root_execution_id, call_sequence, depth, attempts, client_id, event, input, session_id,"
-            " parent_attempt, rolled_back)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            " parent_attempt, rolled_back, mcp_server_id)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             [(scope.tenant_id, p.execution_id, p.action_id, p.action_version, p.status, p.parent_execution_id,
               p.root_execution_id, p.call_sequence, p.depth, p.attempt, p.client_id, record_json(p.event),
-              record_json(p.input), p.session_id, p.parent_attempt, p.rolled_back) for p in pending],
+              record_json(p.input), p.session_id, p.parent_attempt, p.rolled_back, p.mcp_server_id)
+             for p in pending],
         )
         cur.executemany(
             "INSERT INTO invocations (tenant_id, execution_id, attempt, input, output, error, tools, logs,"
