@@ -26,7 +26,7 @@ from ledger.runtime import failures, limits
 from ledger.runtime.failures import ACTION_FAILURE, ACTION_RESOURCE_EXHAUSTED, Failure
 from ledger.runtime.limits import ExecutorSettings
 from ledger.runtime.protocol import Channel, ChannelClosed, Message
-from ledger.runtime.starlark_program import Problem, ProgramProblem, StarlarkLoader, describe_error
+from ledger.runtime.starlark_program import ALL_NATIVES, Problem, ProgramProblem, StarlarkLoader, describe_error
 
 
 class RecordedFailure(Exception):
@@ -205,7 +205,7 @@ class Executor:
         frame = Frame(deadline=envelope["deadline"], step_budget=self.settings.step_budget, logs=LogBuffer(0, 0))
         self.frames.append(frame)
         try:
-            loaded = self._load(frame, envelope["source"], tuple(envelope["tools"]))
+            loaded = self._load(frame, envelope["source"], envelope)
         finally:
             self.frames.pop()
         problems = []
@@ -230,7 +230,7 @@ class Executor:
             if source_message.kind != "source":
                 raise RuntimeError(f"expected the program's source, got {source_message.kind!r}")
             source = source_message.envelope["source"]
-            loaded = self._load(frame, source, tuple(source_message.envelope["tools"]))
+            loaded = self._load(frame, source, source_message.envelope)
             if isinstance(loaded, _Problematic):
                 if loaded.deterministic:
                     self.programs.put(key, LoadFailure(loaded.failure), len(source))
@@ -256,12 +256,15 @@ class Executor:
             return None, failures.payload_too_large("the output", len(payload), self.settings.max_payload_bytes)
         return payload, None
 
-    def _load(self, frame: Frame, source: str, tool_names: tuple[str, ...]) -> Any:
-        """A frozen module, or a _Problematic saying why the program cannot run."""
+    def _load(self, frame: Frame, source: str, wire: dict) -> Any:
+        """A frozen module, or a _Problematic saying why the program cannot run (`wire`: the envelope
+        that brought the source, with its tool names and mode)."""
+        tool_names = tuple(wire["tools"])
+        mode = {"code_mode": bool(wire.get("code")), "natives": tuple(wire.get("natives", ALL_NATIVES))}
         options = sl.EvalOptions(check_cancelled=frame.check_cancelled, max_callstack_size=self.settings.max_callstack)
         frame.loading = True
         try:
-            return self.loader.load(source, tool_names, options)
+            return self.loader.load(source, tool_names, options, **mode)
         except ProgramProblem as problem:
             return _Problematic(problem.problem, Failure(ACTION_FAILURE, _located(problem.problem)), True)
         except sl.StarlarkError as error:

@@ -21,6 +21,14 @@ class Program:
     key: tuple
     source: str
     tool_names: tuple[str, ...] = ()
+    # Code mode (an MCP server's `program`): run() takes no argument, tools take keyword arguments,
+    # attempt() exists, and of graphql() and cel() only `natives` do.
+    code_mode: bool = False
+    natives: tuple[str, ...] = ("graphql", "cel")
+
+    def wire(self) -> dict:
+        """What the executor needs to load it, beside the source."""
+        return {"tools": list(self.tool_names), "code": self.code_mode, "natives": list(self.natives)}
 
 
 @dataclass(eq=False)

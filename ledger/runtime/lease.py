@@ -134,7 +134,7 @@ class ExecutorLease:
                     return _outcome(self._broken)
                 self._send(process, *reply)
             elif kind == "need_source":
-                self._send(process, {"t": "source", "source": program.source, "tools": list(program.tool_names)})
+                self._send(process, {"t": "source", "source": program.source, **program.wire()})
             else:
                 self._lose(process, Failure(failures.ACTION_RESOURCE_EXHAUSTED, f"the executor sent an unexpected {kind!r}"))
 
@@ -183,7 +183,9 @@ class ExecutorLease:
 
     # --- compile ------------------------------------------------------------------------------
 
-    def compile(self, source: str, tool_names: tuple[str, ...], timeout: float) -> list[dict]:
+    def compile(self, source: str, tool_names: tuple[str, ...], timeout: float, *,
+                program: Program | None = None) -> list[dict]:
+        """The problems of `source` (or of `program`: a code-mode one), each with its line and column."""
         if self._released:
             raise RuntimeError("compile() on a released executor lease")
         if self._depth:
@@ -194,7 +196,8 @@ class ExecutorLease:
         process = self._process
         assert process is not None
         try:
-            self._send(process, {"t": "compile", "source": source, "tools": list(tool_names), "deadline": deadline})
+            wire = program.wire() if program is not None else {"tools": list(tool_names)}
+            self._send(process, {"t": "compile", "source": source, **wire, "deadline": deadline})
             message = self._receive(process, deadline + self._grace)
             if message.kind != "problems":
                 self._lose(process, Failure(failures.ACTION_FAILURE, f"the executor sent an unexpected {message.kind!r}"))
@@ -294,7 +297,7 @@ def _failure_reply(failure: Failure) -> tuple[dict[str, Any], None]:
 
 def _cache_key(program: Program) -> str:
     # The source's hash guards the executors' caches against a key reused for different code.
-    return repr((program.key, hash(program.source), program.tool_names))
+    return repr((program.key, hash(program.source), program.tool_names, program.code_mode, program.natives))
 
 
 def _outcome(failure: Failure, logs: list[str] | None = None) -> RunOutcome:

@@ -102,21 +102,6 @@ def __require(label, what, value, kinds):
     if type(value) not in kinds:
         __fail("%s: %s must be %s, not %s" % (label, what, " or ".join(kinds), type(value)), None)
 
-def graphql(document, variables = None, operation_name = None, check = True):
-    __require("graphql()", "the document", document, ("string",))
-    __require("graphql()", "variables", variables, ("dict", "NoneType"))
-    __require("graphql()", "operation_name", operation_name, ("string", "NoneType"))
-    __require("graphql()", "check", check, ("bool",))
-    return __send("graphql", "graphql()", [document, variables, operation_name, check])
-
-def cel(expression, variables = None, check = True, vars = None):
-    if vars != None:
-        variables = vars
-    __require("cel()", "the expression", expression, ("string",))
-    __require("cel()", "variables", variables, ("dict", "NoneType"))
-    __require("cel()", "check", check, ("bool",))
-    return __send("cel", "cel()", [expression, variables, check])
-
 def __tool(name, input, check):
     __require("tools.%s()" % name, "check", check, ("bool",))
     return __send("tool", "tools.%s()" % name, [name, input, check])
@@ -126,6 +111,47 @@ def print(*args, sep = " "):
 
 def fail(*args, hint = None, sep = " "):
     __fail(sep.join([str(arg) for arg in args]), hint)
+'''
+
+# graphql() and cel(): every tool program has both; a code-mode program only those its server lists.
+_NATIVE_SOURCES = {
+    "graphql": '''
+def graphql(document, variables = None, operation_name = None, check = True):
+    __require("graphql()", "the document", document, ("string",))
+    __require("graphql()", "variables", variables, ("dict", "NoneType"))
+    __require("graphql()", "operation_name", operation_name, ("string", "NoneType"))
+    __require("graphql()", "check", check, ("bool",))
+    return __send("graphql", "graphql()", [document, variables, operation_name, check])
+''',
+    "cel": '''
+def cel(expression, variables = None, check = True, vars = None):
+    if vars != None:
+        variables = vars
+    __require("cel()", "the expression", expression, ("string",))
+    __require("cel()", "variables", variables, ("dict", "NoneType"))
+    __require("cel()", "check", check, ("bool",))
+    return __send("cel", "cel()", [expression, variables, check])
+''',
+}
+ALL_NATIVES = ("graphql", "cel")
+
+# Code mode (an MCP server's `program`, DESIGN 12): `tools.<name>(prop=value, ...)` takes one keyword
+# argument per top-level input property, and `attempt(tools.<name>, ...)` returns the failure instead of
+# failing the program. attempt() knows the tool by the function it was given (the `tools` prelude lists
+# them with their names), so no keyword is reserved.
+_CODE_MODE_HEAD = '''
+def __keyword_tool(name, args, input, check):
+    label = "tools.%s()" % name
+    if args:
+        __fail("%s takes keyword arguments, one per input property: tools.%s(name = value, ...)" % (label, name), None)
+    return __send("tool", label, [name, input, check])
+'''
+# After the `tools` struct: `__TOOL_FUNCTIONS` and `__TOOL_NAMES` list its functions and their names.
+_CODE_MODE_ATTEMPT = '''
+def attempt(tool, *args, **input):
+    if tool not in __TOOL_FUNCTIONS:
+        __fail("attempt() takes one of tools.<name> first, then its keyword arguments: attempt(tools.x, a = 1)", None)
+    return __keyword_tool(__TOOL_NAMES[__TOOL_FUNCTIONS.index(tool)], args, input, False)
 '''
 
 _ENTRY_SOURCE = '''
@@ -140,7 +166,9 @@ def ledger__entry(event):
     return text
 '''
 
+_CODE_MODE_ENTRY_SOURCE = _ENTRY_SOURCE.replace("output = run(event)", "output = run()")
 _PROBE_SOURCE = "\ndef ledger__probe():\n    run(None)\n"
+_CODE_MODE_PROBE_SOURCE = "\ndef ledger__probe():\n    run()\n"
 _DEF_RUN = re.compile(r"^def\s+run\s*\(", re.MULTILINE)
 _ERROR_LINE = re.compile(r"^error: (.*)$", re.MULTILINE)
 _SPAN_LINE = re.compile(r"^\s*--> ([^:\n]+):(\d+):(\d+)", re.MULTILINE)
@@ -193,7 +221,7 @@ def _shorten(message: str) -> str:
     return message if len(message) <= _MAX_MESSAGE_CHARS else message[: _MAX_MESSAGE_CHARS - 1] + "…"
 
 
-def _prelude_source(tool_names: tuple[str, ...]) -> str:
+def _prelude_source(tool_names: tuple[str, ...], code_mode: bool = False) -> str:
     seen: set[str] = set()
     fields = []
     for name in tool_names:
@@ -202,8 +230,16 @@ def _prelude_source(tool_names: tuple[str, ...]) -> str:
         if name in seen:
             raise ProgramProblem(Problem(f"the tool name `{name}` is declared twice"))
         seen.add(name)
-        fields.append(f'    {name} = lambda input, check = True: __tool("{name}", input, check),\n')
-    return "\ntools = struct(\n" + "".join(fields) + ")\n"
+        if code_mode:
+            fields.append(f'    {name} = lambda *args, **input: __keyword_tool("{name}", args, input, True),\n')
+        else:
+            fields.append(f'    {name} = lambda input, check = True: __tool("{name}", input, check),\n')
+    source = "\ntools = struct(\n" + "".join(fields) + ")\n"
+    if code_mode:
+        listed = "".join(f"tools.{name}, " for name in tool_names)
+        names = "".join(f'"{name}", ' for name in tool_names)
+        source += f"__TOOL_FUNCTIONS = [{listed}]\n__TOOL_NAMES = [{names}]\n" + _CODE_MODE_ATTEMPT
+    return source
 
 
 def _line_of_run_definition(source: str) -> int:
@@ -226,49 +262,64 @@ class StarlarkLoader:
             self._dialect,
         )
         self._entry_ast = sl.parse(ENTRY_FILE, _ENTRY_SOURCE, self._dialect)
-        self._preludes: OrderedDict[tuple[str, ...], sl.AstModule] = OrderedDict()
+        self._code_mode_head_ast = sl.parse(PRELUDE_FILE, _CODE_MODE_HEAD, self._dialect)
+        self._code_mode_entry_ast = sl.parse(ENTRY_FILE, _CODE_MODE_ENTRY_SOURCE, self._dialect)
+        self._native_asts = {name: sl.parse(PRELUDE_FILE, text, self._dialect) for name, text in _NATIVE_SOURCES.items()}
+        self._preludes: OrderedDict[tuple, sl.AstModule] = OrderedDict()
 
-    def load(self, source: str, tool_names: tuple[str, ...], options: sl.EvalOptions) -> sl.FrozenModule:
+    def load(self, source: str, tool_names: tuple[str, ...], options: sl.EvalOptions, *, code_mode: bool = False,
+             natives: tuple[str, ...] = ALL_NATIVES) -> sl.FrozenModule:
         """Raises ProgramProblem for a defect found without running the program, and StarlarkError
         from evaluating its top level (the caller knows whether that was a fail(), a host call, a
-        cancellation or a plain error)."""
-        prelude = self._prelude(tool_names)
+        cancellation or a plain error).
+
+        `code_mode`: an MCP server's program, whose `run()` takes no argument, whose tools take keyword
+        arguments, with `attempt()`; `natives`: which of graphql() and cel() exist (a name that does not
+        exist is a compile error where the program uses it)."""
+        prelude = self._prelude(tool_names, code_mode)
         try:
             program = sl.parse(PROGRAM_FILE, source, self._dialect)
         except sl.StarlarkError as error:
             raise ProgramProblem(describe_error(str(error))) from None
-        self._check_run_signature(source)
+        self._check_run_signature(source, code_mode)
         module = sl.Module()
         for name, function in self._callables.items():
             module.add_callable(name, function)
         sl.eval_with(options, module, self._prelude_head_ast, self._globals)
+        for name in ALL_NATIVES:
+            if name in natives:
+                sl.eval_with(options, module, self._native_asts[name], self._globals)
+        if code_mode:
+            sl.eval_with(options, module, self._code_mode_head_ast, self._globals)
         sl.eval_with(options, module, prelude, self._globals)
         sl.eval_with(options, module, program, self._globals)
-        sl.eval_with(options, module, self._entry_ast, self._globals)
+        sl.eval_with(options, module, self._code_mode_entry_ast if code_mode else self._entry_ast, self._globals)
         if module["ledger__run_type"] != "function":
             raise ProgramProblem(
-                Problem("`run` must be a function: def run(event): ...", _line_of_run_definition(source))
+                Problem("`run` must be a function: " + _RUN_SHAPE[code_mode], _line_of_run_definition(source))
             )
         return module.freeze()
 
-    def _prelude(self, tool_names: tuple[str, ...]) -> sl.AstModule:
+    def _prelude(self, tool_names: tuple[str, ...], code_mode: bool = False) -> sl.AstModule:
         """The `tools` struct for these names (the rest of the prelude is shared by every program)."""
-        prelude = self._preludes.get(tool_names)
+        key = (tool_names, code_mode)
+        prelude = self._preludes.get(key)
         if prelude is None:
-            prelude = sl.parse(PRELUDE_FILE, _prelude_source(tool_names), self._dialect)
-            self._preludes[tool_names] = prelude
+            prelude = sl.parse(PRELUDE_FILE, _prelude_source(tool_names, code_mode), self._dialect)
+            self._preludes[key] = prelude
             if len(self._preludes) > 64:
                 self._preludes.popitem(last=False)
         else:
-            self._preludes.move_to_end(tool_names)
+            self._preludes.move_to_end(key)
         return prelude
 
-    def _check_run_signature(self, source: str) -> None:
-        """Type-check a call `run(None)` appended to the source: the checker reports a missing
-        `run` or one that cannot take exactly one argument without running anything."""
+    def _check_run_signature(self, source: str, code_mode: bool = False) -> None:
+        """Type-check a call `run(None)` (code mode: `run()`) appended to the source: the checker reports
+        a missing `run` or one that cannot take exactly that without running anything."""
         probe_line = source.count("\n") + (0 if source.endswith("\n") else 1) + 1
+        probe = _CODE_MODE_PROBE_SOURCE if code_mode else _PROBE_SOURCE
         try:
-            probed = sl.parse(PROGRAM_FILE, source + ("" if source.endswith("\n") else "\n") + _PROBE_SOURCE, self._dialect)
+            probed = sl.parse(PROGRAM_FILE, source + ("" if source.endswith("\n") else "\n") + probe, self._dialect)
             errors, _, _ = probed.typecheck(self._globals, {})
         except Exception:  # the checker is an extra; the run-time call reports the same defect
             return
@@ -277,7 +328,9 @@ class StarlarkLoader:
             if span is None or span.span.begin.line + 1 < probe_line:
                 continue  # a finding about the program's own code: not ours to judge here
             if "not found" in str(error):
-                raise ProgramProblem(Problem("the program does not define `run`: def run(event): ..."))
-            raise ProgramProblem(
-                Problem("`run` must take exactly one argument, the event: def run(event): ...", _line_of_run_definition(source))
-            )
+                raise ProgramProblem(Problem("the program does not define `run`: " + _RUN_SHAPE[code_mode]))
+            what = "must take no argument" if code_mode else "must take exactly one argument, the event"
+            raise ProgramProblem(Problem(f"`run` {what}: " + _RUN_SHAPE[code_mode], _line_of_run_definition(source)))
+
+
+_RUN_SHAPE = {False: "def run(event): ...", True: "def run(): ..."}
