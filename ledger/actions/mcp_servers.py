@@ -169,6 +169,15 @@ def load_server_by_name(scope: Scope, name: str) -> McpServer | None:
     return McpServer.from_row(row)
 
 
+def load_server_for_task(scope: Scope, server_id: uuid.UUID) -> McpServer | None:
+    """The server a started task was started through, as each attempt re-reads it: None when it is
+    disabled or deleted. Read for the system (as the starter's client row is), not authorized per caller."""
+    row = _row(scope, server_id)
+    if row is None or row["deleted"] or not row["enabled"]:
+        return None
+    return McpServer.from_row(row)
+
+
 # ---------------------------------------------------------------------------- writes
 
 

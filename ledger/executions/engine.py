@@ -14,7 +14,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from psycopg.pq import TransactionStatus
 
@@ -90,6 +90,12 @@ class CallTree:
                               "batch the work into fewer calls, or split it across several top-level calls")
 
 
+class CallBody(Protocol):
+    """What a call acting for an MCP server's caller does (see `run_call`): its output."""
+
+    def __call__(self, scope: Scope, tree: CallTree, pending: PendingExecution, deadline: float) -> Any: ...
+
+
 def tool_layer(record: dict) -> Layer:
     if record["native"]:
         return natives.NATIVE_TOOLS[record["name"]]["layer"]
@@ -119,7 +125,10 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
              parent_execution_id: uuid.UUID | None, root_execution_id: uuid.UUID, call_sequence: int | None,
              depth: int, deadline: float, session_id: uuid.UUID | None = None,
              event_type: str = "action.invoked", attempt: int = 1,
-             parent_attempt: int | None = None) -> PendingExecution:
+             parent_attempt: int | None = None, body: "CallBody | None" = None) -> PendingExecution:
+    """One call in its savepoint. `body`: what the call does instead of a program or a native of its
+    own, for the natives that act for an MCP server's caller (their behaviour lives above this layer);
+    it raises CallFailure to fail the call."""
     pending = PendingExecution(
         execution_id=execution_id, action_id=record["action_id"], action_version=record["version"],
         status="RUNNING", parent_execution_id=parent_execution_id, root_execution_id=root_execution_id,
@@ -140,7 +149,12 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
     try:
         with scope.savepoint():
             _check_input(record, input)
-            if record["kind"] == "tool":
+            if body is not None:
+                try:
+                    output = body(scope, tree, pending, deadline)
+                except CallFailure as failure:
+                    raise _Failed(failure.code, failure.message, failure.hint) from None
+            elif record["kind"] == "tool":
                 output = _run_program(scope, tree, record, input, pending, deadline)
             else:
                 output = _run_native(scope, tree, record, input, pending)

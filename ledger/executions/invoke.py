@@ -16,7 +16,7 @@ from ..policy.chain import Layer
 from ..scope import Scope
 from ..values import require_storable_input, same_json
 from . import sessions
-from .engine import (MAX_CALLS_BENEATH, MAX_TOOL_DEPTH, TREE_KEY, CallLimitExceeded, CallTree, _Failed,
+from .engine import (MAX_CALLS_BENEATH, MAX_TOOL_DEPTH, TREE_KEY, CallBody, CallLimitExceeded, CallTree, _Failed,
                      merge_fixed_input, response_timeout_seconds, run_call)
 from .records import (EXECUTION, PendingExecution, execution_document, flush, load_execution, record_of,
                       require_new_execution)
@@ -78,11 +78,14 @@ def with_fixed_input(supplied: Any, fixed: Any, event_type: str) -> Any:
 
 def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, version: int | None, input: Any,
                   session_id: uuid.UUID | None, *, layer: Layer | None = None, event_type: str = "action.invoked",
-                  mcp_server_id: uuid.UUID | None = None) -> dict:
+                  mcp_server_id: uuid.UUID | None = None, body: CallBody | None = None) -> dict:
     """`layer`: one more layer between the caller's and the tools' (an MCP server's). It narrows the
     action's SELECT and INVOKE and everything the call does; the caller's own records of the call
     (the execution, the session) stay the caller's to authorize, so a server that allows no writes
-    still lets its read tools be called and recorded."""
+    still lets its read tools be called and recorded.
+
+    `body`: what a native acting for the server's caller (`invoke`, `program`, ...) does; only such
+    a call may run one of those natives."""
     require_storable_input(input)
     tree: CallTree | None = scope.request_state.get(TREE_KEY)
     if tree is not None and scope.frames:
@@ -107,7 +110,7 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
     if record is not None:
         call_scope.require("SELECT", ACTION, as_document(record))
         call_scope.require("INVOKE", ACTION, as_document(record))
-    record = callable_record(scope, action_id, version, record)
+    record = callable_record(scope, action_id, version, record, acting_for_caller=body is not None)
     session = None
     if session_id is not None and not record["tool"].get("session"):
         raise ActionNotCallable(f"{record['name']!r} has no sessions", hint="omit sessionId")
@@ -145,7 +148,7 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
                            call_sequence=None, depth=0 if own_tree else len(tree.stack),
                            deadline=scope.deadline if own_tree or not tree.deadlines else tree.deadlines[-1],
                            session_id=session["id"] if session else None, parent_attempt=parent_attempt,
-                           event_type=event_type)
+                           event_type=event_type, body=body)
         pending.enclosing_execution_id = enclosing
         pending.mcp_server_id = mcp_server_id
     finally:

@@ -31,7 +31,11 @@ class ActionInputInvalid(LedgerError):
 
 
 def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, version: int | None, input: Any,
-                 run_at: datetime.datetime | None) -> dict:
+                 run_at: datetime.datetime | None, *, started_by: uuid.UUID | None = None,
+                 mcp_server_id: uuid.UUID | None = None) -> dict:
+    """`started_by`: the execution that starts this one (an MCP server's `invoke`), which the caller
+    was authorized to create: the started row, whose id the ledger derived from it, is the system's
+    to write. `mcp_server_id`: the server whose layer every attempt keeps (DESIGN 12)."""
     if scope.frames:
         raise StartNotAllowed("a start cannot be made from inside an execution",
                               hint="call the tool with tools.<name>() or invokeAction instead")
@@ -60,10 +64,12 @@ def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, ve
     if error:
         raise ActionInputInvalid(f"the input does not match the tool's inputSchema: {error[1]}",
                                  hint=f"fix the input at {error[0]}")
-    require_new_execution(scope, execution_id, action_id, record["version"], status="QUEUED", started=True)
+    if started_by is None:
+        require_new_execution(scope, execution_id, action_id, record["version"], status="QUEUED", started=True)
     event = {"eventType": "action.started", "data": input, "recordType": None, "recordId": None}
     try:
-        created = _insert_queued(scope, execution_id, action_id, record["version"], run_at, event, input)
+        created = _insert_queued(scope, execution_id, action_id, record["version"], run_at, event, input,
+                                 started_by, mcp_server_id)
     except psycopg.errors.UniqueViolation as exc:
         # Another request started this executionId and committed after this transaction's snapshot, so
         # the lookup above could not see it. A retry, in a new transaction, answers the recorded one.
@@ -81,16 +87,17 @@ def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, ve
 
 
 def _insert_queued(scope: Scope, execution_id: uuid.UUID, action_id: uuid.UUID, version: int,
-                   run_at: datetime.datetime | None, event: dict, input: Any) -> dict:
+                   run_at: datetime.datetime | None, event: dict, input: Any, started_by: uuid.UUID | None,
+                   mcp_server_id: uuid.UUID | None) -> dict:
     return scope.one(
         "INSERT INTO executions (tenant_id, id, action_id, action_version, status, root_execution_id, depth,"
-        " started, client_id, client_claims, run_at, event, input)"
-        " VALUES (%s, %s, %s, %s, 'QUEUED', %s, 0, true, %s, %s, coalesce(%s, now()), %s, %s)"
+        " started, client_id, client_claims, run_at, event, input, started_by_execution_id, mcp_server_id)"
+        " VALUES (%s, %s, %s, %s, 'QUEUED', %s, 0, true, %s, %s, coalesce(%s, now()), %s, %s, %s, %s)"
         " RETURNING tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
         " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input, session_id,"
-        " created_at",
+        " created_at, mcp_server_id",
         (scope.tenant_id, execution_id, action_id, version, execution_id, scope.principal.client_id,
-         Jsonb(scope.principal.claims), run_at, Jsonb(event), Jsonb(input)),
+         Jsonb(scope.principal.claims), run_at, Jsonb(event), Jsonb(input), started_by, mcp_server_id),
     )
 
 

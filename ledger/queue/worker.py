@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -28,6 +28,7 @@ from prometheus_client import Counter, Histogram
 from psycopg.types.json import Jsonb
 
 from ..actions.lifecycle import settle_pending_lifecycle
+from ..actions.mcp_servers import load_server_for_task, server_layer
 from ..actions.registry import load_action
 from ..auth.clients import client_layer
 from ..errors import Retryable
@@ -237,7 +238,7 @@ def claim(conn: psycopg.Connection, worker: str, batch: int, lease_seconds: floa
 
 
 _EXECUTION_COLUMNS = ("tenant_id, id, action_id, action_version, status, attempts, client_id, client_claims, input,"
-                      " event")
+                      " event, mcp_server_id")
 
 
 def _fence(conn: psycopg.Connection, job: Job) -> dict:
@@ -299,6 +300,7 @@ def run_attempt(services: Any, job: Job) -> str:
                 client = _client(conn, execution)
                 denial = _authority_problem(conn, execution, client)
                 scope = _scope_for(services, conn, execution, deadline, client)
+                scope, denial = _through_server(scope, execution, denial)
                 record = load_action(scope, execution["action_id"], execution["action_version"])
                 update_call(action=record["name"] if record else None)
                 if denial is not None or record is None:
@@ -381,6 +383,20 @@ def _scope_for(services: Any, conn: psycopg.Connection, execution: dict, deadlin
     # The starter's layer, failing closed exactly as for a direct request.
     chain = Chain((client_layer(principal, client["policies"] if client else []),))
     return Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline)
+
+
+def _through_server(scope: Scope, execution: dict,
+                    denial: tuple[str, str, str] | None) -> tuple[Scope, tuple[str, str, str] | None]:
+    """A task started through an MCP server keeps the server's layer after the starter's (DESIGN 12),
+    re-read at every attempt: a server disabled or deleted since refuses the attempt."""
+    if execution.get("mcp_server_id") is None:
+        return scope, denial
+    server = load_server_for_task(scope, execution["mcp_server_id"])
+    if server is None:
+        return scope, denial or ("action_access_denied",
+                                 "the MCP server this task was started through is disabled or deleted",
+                                 "enable the server, or start the task again through a server that is served")
+    return replace(scope, chain=scope.chain.extended(server_layer(server))), denial
 
 
 def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, attempt: int, record: dict | None,

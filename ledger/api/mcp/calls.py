@@ -25,6 +25,7 @@ from ...policy.principal import Principal
 from ...scope import Scope
 from ...services import Services
 from ..retries import with_retries
+from .natives import native_body
 from .tools import EXECUTION_ID, PREVIEW, SESSION_ID, ListedTool, describe, failed, listed_tools, succeeded
 
 EVENT_TYPE = "mcp.tools_call"
@@ -119,7 +120,8 @@ class McpCalls:
         try:
             input = with_fixed_input(params.arguments or {}, tool.fixed, EVENT_TYPE)
             record = invoke_action(scope, tool.record["action_id"], execution_id, tool.pinned_version, input,
-                                   session_id, layer=server, event_type=EVENT_TYPE, mcp_server_id=caller.server.id)
+                                   session_id, layer=server, event_type=EVENT_TYPE, mcp_server_id=caller.server.id,
+                                   body=native_body(tool, tools, caller.server))
         except Retryable:
             raise
         except LedgerError as refused:

@@ -18,7 +18,6 @@ from typing import Any
 
 import mcp_types as types
 
-from ...actions import natives
 from ...actions.registry import ACTION, as_document, load_action
 from ...executions.engine import tool_layer
 from ...policy.chain import Layer
@@ -100,12 +99,6 @@ def _resolve(scope: Scope, server: Any, position: int, reference: dict) -> dict 
         log.warning("MCP server %s: tools[%d] (%r, version %s) no longer resolves; it is left out of the list",
                     server.id, position, reference.get("name"), reference.get("actionVersion") or "latest",
                     extra=extra)
-        return None
-    if record["native"] and record["name"] in natives.SERVER_NATIVES:
-        # The natives that act for the server (program, invoke, get_task, cancel_task) are not served
-        # yet: listing one that cannot run would offer the model a tool that always fails.
-        log.info("MCP server %s: tools[%d] is the native %r, which this version does not serve yet",
-                 server.id, position, record["name"], extra=extra)
         return None
     if reference.get("confirm"):
         # A `confirm` reference answers a planned result (DESIGN 14), which does not exist yet: never
