@@ -282,3 +282,85 @@ def test_get_account_activity_returns_the_latest_transfers(server, token, client
     activity = client.invoke(GET_ACCOUNT_ACTIVITY, {"account_id": payer, "limit": 2}).check().output
     assert activity["balance"] == 10_000 - 6 and activity["currency"] == "USD"
     assert [t["amount"] for t in activity["transfers"]] == [2, 3]
+
+
+# ---------------------------------------------------------------------------- MCP servers
+
+ASSISTANT = "0f5b7c2e-8a41-4c3d-9b6e-5a1d2c3e4f10"
+SERVER = """query($id: UUID!) { mcpServers { mcpServer(id: $id) { name path enabled
+  tools { name actionId actionVersion input confirm } policies { effect actions resources assertion } } } }"""
+READ_ONLY_CLIENT = """mutation($id: UUID!) { clients {
+  createClient(id: $id, input: {name: "ci reader", policies: [{effect: ALLOW, actions: [SELECT],
+    resources: ["financial.*"]}]}) { id }
+  issueToken(clientId: $id) { token } } }"""
+
+
+def read_server(client: LedgerClient):
+    return client.query(SERVER, {"id": ASSISTANT})["mcpServers"]["mcpServer"]
+
+
+def test_publish_creates_the_example_mcp_server_after_the_tools_it_lists(server, token, client, examples):
+    result = ledger_publish(server, token, str(examples))
+    assert result.returncode == 0, result.stderr
+    out = lines(result)
+    assert out[3:5] == ["MCP server assistant: created (/mcp/assistant)",
+                        "1 MCP server(s): 1 created, 0 updated, 0 unchanged"]
+    listed = read_server(client)
+    assert listed["path"] == "/mcp/assistant" and listed["enabled"] is True
+    assert [(t["name"], t["actionId"]) for t in listed["tools"]] == [
+        ("get_account_activity", GET_ACCOUNT_ACTIVITY), ("transfer", TRANSFER), ("settle_invoice", SETTLE_INVOICE),
+        ("program", "00000000-0000-4000-8000-000000000003")]
+    assert listed["tools"][0]["input"] == {"limit": 20}
+
+
+def test_republishing_an_unchanged_server_writes_nothing_so_a_reader_may_do_it(server, token, client, examples):
+    assert ledger_publish(server, token, str(examples)).returncode == 0
+    before = read_server(client)
+    # Every update in the request equals the record: it needs SELECT only, and writes nothing.
+    reader = client.query(READ_ONLY_CLIENT, {"id": str(uuid.uuid4())})["clients"]["issueToken"]["token"]
+    again = ledger_publish(server, reader, str(examples))
+    assert again.returncode == 0, again.stderr
+    assert "MCP server assistant: unchanged (/mcp/assistant)" in lines(again)
+    assert lines(again)[-2] == "1 MCP server(s): 0 created, 0 updated, 1 unchanged"
+    assert read_server(client) == before
+
+
+def test_a_changed_server_definition_updates_the_record(server, token, client, examples):
+    assert ledger_publish(server, token, str(examples)).returncode == 0
+    toml = examples / "assistant.toml"
+    toml.write_text(toml.read_text().replace('name = "program"', 'name = "program"\nconfirm = true')
+                    .replace("enabled = true", "enabled = false"))
+    result = ledger_publish(server, token, str(examples))
+    assert result.returncode == 0, result.stderr
+    assert "MCP server assistant: updated (/mcp/assistant, disabled)" in lines(result)
+    updated = read_server(client)
+    assert updated["enabled"] is False and updated["tools"][3]["confirm"] is True
+
+
+def test_a_bad_server_definition_names_its_file_and_the_path_in_it_and_writes_nothing(server, token, client,
+                                                                                      examples):
+    toml = examples / "assistant.toml"
+    toml.write_text(toml.read_text().replace('name = "settle_invoice"', 'name = "settle_invoices"')
+                    .replace('resources = ["financial.*"]', 'resources = ["financial..*"]'))
+    result = ledger_publish(server, token, str(examples))
+    assert result.returncode == 1
+    assert "mcp_server_definition_invalid" in result.stderr, result.stderr
+    assert f"{toml}: tools[2].name: no action named 'settle_invoices'" in result.stderr, result.stderr
+    assert f"{toml}: policies[0].resources[0]:" in result.stderr, result.stderr
+    assert state(client) == {} and read_server(client) is None
+
+
+def test_a_dry_run_reports_the_server_it_would_create_and_writes_nothing(server, token, client, examples):
+    result = ledger_publish(server, token, "--dry-run", str(examples))
+    assert result.returncode == 0, result.stderr
+    assert "MCP server assistant: created (/mcp/assistant)" in lines(result)
+    assert lines(result)[-2] == "1 MCP server(s): 1 created, 0 updated, 0 unchanged (dry run)"
+    assert read_server(client) is None
+
+
+def test_an_unknown_key_of_a_server_file_is_a_file_error(server, token, examples):
+    toml = examples / "assistant.toml"
+    toml.write_text(toml.read_text().replace("enabled = true", "enabled = true\nsrc = \"assistant.star\""))
+    result = ledger_publish(server, token, str(examples))
+    assert result.returncode == 2
+    assert f"{toml}: src: unknown key; an MCP server definition has" in result.stderr, result.stderr

@@ -200,7 +200,7 @@ def update_action(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
     if header["status"] == "DELETED":
         raise ActionStateError(f"action {action_id} is deleted and takes no new versions",
                                hint="create a new action instead")
-    definition = _validated(scope, action_id, doc)
+    definition = _validated(scope, action_id, doc, current_name=header["name"])
     if same_json(definition, _with_reference_defaults(latest["definition"])):  # by type: a schema's `true` is not `1`
         scope.require("SELECT", ACTION, as_document(latest))
         return latest
@@ -271,7 +271,7 @@ def reference_lookup(scope: Scope) -> ReferenceLookup:
     return lookup
 
 
-def _validated(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
+def _validated(scope: Scope, action_id: uuid.UUID, doc: dict, current_name: str | None = None) -> dict:
     lookup = reference_lookup(scope)
 
     def walk(target: uuid.UUID, version: int | None) -> list[dict]:
@@ -285,7 +285,7 @@ def _validated(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
         return scope.services.executor_pool().compile(source, tool_names)
 
     return validate_definition(action_id, doc, lookup=lookup, walk=walk, compile_program=compile_program,
-                               analyze_program=scope.services.analyze_program)
+                               analyze_program=scope.services.analyze_program, current_name=current_name)
 
 
 # ---------------------------------------------------------------------------- lifecycle

@@ -93,11 +93,14 @@ def validate_definition(
     walk: ReferenceWalker,
     compile_program: Compiler,
     analyze_program: Analyzer | None,
+    current_name: str | None = None,
 ) -> dict:
+    """`current_name`: the name the action has now (an update), which it may keep even when it has
+    since become a reserved native name (DESIGN 11: such an action keeps working)."""
     problems = Problems()
     name = doc.get("name")
     kind = doc.get("kind")
-    check_name(name, problems)
+    check_name(name, problems, keeps=current_name)
     if kind not in SUPPORTED_KINDS:
         hint = " (agents come in a later release)" if kind == "agent" else ""
         problems.add("kind", f"unknown kind {kind!r}; use one of {', '.join(SUPPORTED_KINDS)}{hint}")
@@ -143,12 +146,12 @@ def validate_definition(
     }
 
 
-def check_name(name: Any, problems: Problems) -> None:
-    """The registry name rule, shared by actions and MCP servers."""
+def check_name(name: Any, problems: Problems, *, keeps: str | None = None) -> None:
+    """The registry name rule, shared by actions and MCP servers (`keeps`: a name already held)."""
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         problems.add("name", f"{name!r} is not a valid name: use 1 to 64 lower-case letters, digits and "
                              "underscores, starting with a letter (e.g. `settle_invoice`)")
-    elif name in RESERVED_NAMES:
+    elif name in RESERVED_NAMES and name != keeps:
         problems.add("name", f"{name!r} is reserved for the native {name} tool; choose another name")
 
 

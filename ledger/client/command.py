@@ -54,5 +54,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"dry run against {client.url}: the server ran it and rolled it back; nothing was written")
     for change in result.changes:
         print(change.describe())
-    print(result.summary() + (" (dry run)" if result.dry_run else ""))
+    for server in result.servers:
+        print(server.describe())
+    suffix = " (dry run)" if result.dry_run else ""
+    if result.server_summary():
+        print(result.server_summary() + suffix)
+    print(result.summary() + suffix)
     return 0

@@ -19,10 +19,28 @@ plus the action's `id` and `src`, the path of its Starlark program relative to t
     [[tools]]                        # references: name, version, input
     [execution]                      # maxAttempts, backoffSeconds
 
-The steps: load the files, order them so that referenced tools come first, read the actions' current
-state (one query), then send ONE mutation that creates each missing action or updates it (an update
-equal to the latest version writes nothing) and publishes it unless it is ACTIVE. The server runs the
-fields in document order in one transaction: all of it happens, or none of it.
+An MCP server definition (DESIGN 12) is a file with `kind = "mcp_server"`: the `McpServerInput` of the
+GraphQL API plus the server's `id`:
+
+    id = "7a4c...-..."               # the server id (a UUID you choose once)
+    kind = "mcp_server"
+    name = "assistant"               # served at /mcp/assistant
+    description = "..."
+    instructions = "..."             # what the model reads when it connects (\"\"\" for several lines)
+    enabled = true
+    [[tools]]                        # references, in the order listed: name, version, input, confirm
+    name = "transfer"
+    [[tools]]
+    name = "get_account_activity"
+    [tools.input]                    # fixed input: the model neither sees nor sets these properties
+    limit = 20
+    [[policies]]                     # the server's layer of the chain: effect, actions, resources, assertion
+
+The steps: load the files, order them so that referenced tools come first and MCP servers after every
+tool, read the current state (one query), then send ONE mutation that creates each missing action or
+updates it (an update equal to the latest version writes nothing) and publishes it unless it is ACTIVE,
+then creates or updates each server (an update equal to the server's record writes nothing either). The
+server runs the fields in document order in one transaction: all of it happens, or none of it.
 """
 
 from __future__ import annotations
@@ -43,15 +61,17 @@ class Querying(Protocol):
 
     def query(self, document: str, variables: dict | None = None, **options: Any) -> dict: ...
 
+SERVER_KIND = "mcp_server"
 TOP_KEYS = {"id", "name", "description", "kind", "src", "config", "tool", "policies", "tools", "execution",
             "enabled"}
+SERVER_KEYS = {"id", "kind", "name", "description", "instructions", "tools", "policies", "enabled"}
 TABLE_KEYS = {
     "tool": {"name", "description", "inputSchema", "outputSchema", "output", "responseTimeout", "session"},
     "execution": {"maxAttempts", "backoffSeconds"},
 }
 LIST_KEYS = {
     "policies": {"effect", "actions", "resources", "assertion"},
-    "tools": {"name", "version", "input"},
+    "tools": {"name", "version", "input", "confirm"},
 }
 
 
@@ -67,10 +87,11 @@ class DefinitionError(Exception):
 class Definition:
     file: Path            # the .toml file, as the user named it
     source: Path | None   # the .star file
-    action_id: str
+    action_id: str        # the action's id, or the MCP server's
     name: str
-    input: dict           # the ActionInput sent to the server
+    input: dict           # the ActionInput (or McpServerInput) sent to the server
     references: list[str]  # names of the referenced actions
+    server: bool = False  # an MCP server definition (kind = "mcp_server")
 
 
 @dataclass(frozen=True)
@@ -141,9 +162,36 @@ class Change:
 
 
 @dataclass
+class ServerChange:
+    """What publishing did to one MCP server."""
+
+    name: str
+    server_id: str
+    file: str
+    path: str              # where it is served: /mcp/<name>
+    created: bool
+    changed: bool          # created, or its record differed from the definition
+    enabled: bool
+
+    def describe(self) -> str:
+        text = "created" if self.created else "updated" if self.changed else "unchanged"
+        state = "" if self.enabled else ", disabled"
+        return f"MCP server {self.name}: {text} ({self.path}{state})"
+
+
+@dataclass
 class PublishResult:
     changes: list[Change] = field(default_factory=list)
     dry_run: bool = False
+    servers: list[ServerChange] = field(default_factory=list)
+
+    def server_summary(self) -> str | None:
+        if not self.servers:
+            return None
+        created = sum(c.created for c in self.servers)
+        updated = sum(c.changed and not c.created for c in self.servers)
+        return (f"{len(self.servers)} MCP server(s): {created} created, {updated} updated, "
+                f"{len(self.servers) - created - updated} unchanged")
 
     def summary(self) -> str:
         created = sum(c.created for c in self.changes)
@@ -199,8 +247,11 @@ def load_definition(file: Path) -> tuple[Definition | None, list[str]]:
     except UnicodeDecodeError:
         return bad("not valid TOML: the file is not UTF-8")
 
-    for key in sorted(set(doc) - TOP_KEYS):
-        problems.append(f"{file}: {key}: unknown key; a definition has {', '.join(sorted(TOP_KEYS))}")
+    server = doc.get("kind") == SERVER_KIND
+    keys = SERVER_KEYS if server else TOP_KEYS
+    for key in sorted(set(doc) - keys):
+        what = "an MCP server definition" if server else "a definition"
+        problems.append(f"{file}: {key}: unknown key; {what} has {', '.join(sorted(keys))}")
     for key, allowed in TABLE_KEYS.items():
         value = doc.get(key)
         if value is None:
@@ -230,7 +281,10 @@ def load_definition(file: Path) -> tuple[Definition | None, list[str]]:
     except ValueError:
         action_id = None
     if action_id is None:
-        problems.append(f"{file}: id: the action id must be a UUID string (choose one once, e.g. with uuidgen)")
+        problems.append(f"{file}: id: the {'server' if server else 'action'} id must be a UUID string (choose "
+                        "one once, e.g. with uuidgen)")
+    if server:
+        return _server_definition(file, doc, action_id, problems)
     for key in ("name", "kind"):
         if not isinstance(doc.get(key), str):
             problems.append(f"{file}: {key}: required (a string)")
@@ -264,6 +318,19 @@ def load_definition(file: Path) -> tuple[Definition | None, list[str]]:
                       references=references), []
 
 
+def _server_definition(file: Path, doc: dict, server_id: str | None,
+                       problems: list[str]) -> tuple[Definition | None, list[str]]:
+    if not isinstance(doc.get("name"), str):
+        problems.append(f"{file}: name: required (a string)")
+    if problems:
+        return None, problems
+    server_input = {k: v for k, v in doc.items() if k not in ("id", "kind")}
+    server_input.setdefault("tools", [])
+    references = [ref["name"] for ref in server_input["tools"] if isinstance(ref.get("name"), str)]
+    return Definition(file=file, source=None, action_id=server_id, name=doc["name"], input=server_input,
+                      references=references, server=True), []
+
+
 def _non_json(value: Any, path: str) -> Iterable[str]:
     if isinstance(value, dict):
         for key, item in value.items():
@@ -284,16 +351,16 @@ def load(paths: Iterable[str | os.PathLike]) -> list[Definition]:
         if definition is not None:
             definitions.append(definition)
     by_id: dict[str, Definition] = {}
-    by_name: dict[str, Definition] = {}
+    by_name: dict[tuple[bool, str], Definition] = {}  # actions and servers have names of their own
     for definition in definitions:
         if definition.action_id in by_id:
             problems.append(f"{definition.file}: id: {definition.action_id} is also the id in "
-                            f"{by_id[definition.action_id].file}; every action has its own id")
-        if definition.name in by_name:
+                            f"{by_id[definition.action_id].file}; every action and server has its own id")
+        if (definition.server, definition.name) in by_name:
             problems.append(f"{definition.file}: name: {definition.name!r} is also the name in "
-                            f"{by_name[definition.name].file}")
+                            f"{by_name[(definition.server, definition.name)].file}")
         by_id.setdefault(definition.action_id, definition)
-        by_name.setdefault(definition.name, definition)
+        by_name.setdefault((definition.server, definition.name), definition)
     if problems:
         raise DefinitionError(problems)
     return definitions
@@ -304,7 +371,10 @@ def load(paths: Iterable[str | os.PathLike]) -> list[Definition]:
 
 def dependency_order(definitions: list[Definition]) -> list[Definition]:
     """Referenced definitions before the ones referencing them (by registry name); otherwise the given
-    order. References to actions not among the definitions are left to the server (they must exist)."""
+    order. References to actions not among the definitions are left to the server (they must exist).
+    MCP servers come after every action: they list tools, and nothing lists a server."""
+    servers = [d for d in definitions if d.server]
+    definitions = [d for d in definitions if not d.server]
     by_name = {d.name: d for d in definitions}
     ordered: list[Definition] = []
     state: dict[str, str] = {}  # name -> "visiting" | "done"
@@ -328,20 +398,26 @@ def dependency_order(definitions: list[Definition]) -> list[Definition]:
 
     for definition in definitions:
         visit(definition, [])
-    return ordered
+    return ordered + servers
 
 
 # ---------------------------------------------------------------------------- the requests
 
 STATE_FIELDS = "actionId name status pending latestVersion"
 RESULT_FIELDS = "actionId name version latestVersion status pending"
+SERVER_FIELDS = ("id name description instructions enabled path tools { name actionVersion input confirm }"
+                 " policies { effect actions resources assertion }")
 
 
 def read_state_document(definitions: list[Definition]) -> tuple[str, dict]:
     params = ", ".join(f"$id{i}: UUID!" for i in range(len(definitions)))
-    fields = " ".join(f"a{i}: action(id: $id{i}) {{ {STATE_FIELDS} }}" for i in range(len(definitions)))
+    actions = " ".join(f"a{i}: action(id: $id{i}) {{ {STATE_FIELDS} }}"
+                       for i, d in enumerate(definitions) if not d.server)
+    servers = " ".join(f"a{i}: mcpServer(id: $id{i}) {{ {SERVER_FIELDS} }}"
+                       for i, d in enumerate(definitions) if d.server)
     variables = {f"id{i}": d.action_id for i, d in enumerate(definitions)}
-    return f"query PublishState({params}) {{ actions {{ {fields} }} }}", variables
+    blocks = (f"actions {{ {actions} }}" if actions else "") + (f" mcpServers {{ {servers} }}" if servers else "")
+    return f"query PublishState({params}) {{ {blocks} }}", variables
 
 
 @dataclass
@@ -354,39 +430,56 @@ class Step:
 def plan(definitions: list[Definition], state: dict) -> list[Step]:
     steps = []
     for i, definition in enumerate(definitions):
-        before = state.get(f"a{i}")
-        steps.append(Step(definition, before, publish=before is None or before["status"] != "ACTIVE"))
+        block = state.get("mcpServers" if definition.server else "actions") or {}
+        before = block.get(f"a{i}")
+        publish = not definition.server and (before is None or before["status"] != "ACTIVE")
+        steps.append(Step(definition, before, publish=publish))
     return steps
 
 
 def mutation_document(steps: list[Step]) -> tuple[str, dict]:
     params: list[str] = []
-    fields: list[str] = []
+    actions: list[str] = []
+    servers: list[str] = []
     variables: dict[str, Any] = {}
     for i, step in enumerate(steps):
-        params += [f"$id{i}: UUID!", f"$in{i}: ActionInput!"]
+        input_type = "McpServerInput" if step.definition.server else "ActionInput"
+        params += [f"$id{i}: UUID!", f"$in{i}: {input_type}!"]
         variables[f"id{i}"] = step.definition.action_id
         variables[f"in{i}"] = step.definition.input
+        if step.definition.server:
+            write = "createMcpServer" if step.before is None else "updateMcpServer"
+            servers.append(f"s{i}: {write}(id: $id{i}, input: $in{i}) {{ {SERVER_FIELDS} }}")
+            continue
         write = "createAction" if step.before is None else "updateAction"
-        fields.append(f"w{i}: {write}(id: $id{i}, input: $in{i}) {{ {RESULT_FIELDS} }}")
+        actions.append(f"w{i}: {write}(id: $id{i}, input: $in{i}) {{ {RESULT_FIELDS} }}")
         if step.publish:
-            fields.append(f"p{i}: publishAction(id: $id{i}) {{ {RESULT_FIELDS} }}")
-    body = "\n    ".join(fields)
-    return f"mutation Publish({', '.join(params)}) {{\n  actions {{\n    {body}\n  }}\n}}", variables
+            actions.append(f"p{i}: publishAction(id: $id{i}) {{ {RESULT_FIELDS} }}")
+    # The servers' block comes second: root fields run in document order, so the tools they list exist.
+    blocks = [f"  {name} {{\n    " + "\n    ".join(fields) + "\n  }"
+              for name, fields in (("actions", actions), ("mcpServers", servers)) if fields]
+    return f"mutation Publish({', '.join(params)}) {{\n" + "\n".join(blocks) + "\n}", variables
 
 
 def publish(client: Querying, paths: Iterable[str | os.PathLike], *, dry_run: bool = False) -> PublishResult:
     definitions = dependency_order(load(paths))
     document, variables = read_state_document(definitions)
-    state = client.query(document, variables, idempotent=True)["actions"]
+    state = client.query(document, variables, idempotent=True)
     steps = plan(definitions, state)
     document, variables = mutation_document(steps)
     try:
-        data = client.query(document, variables, dry_run=dry_run)["actions"]
+        answer = client.query(document, variables, dry_run=dry_run)
     except LedgerRequestError as exc:
         raise PublishRejected(exc, locate_errors(exc, steps), unchecked_files(exc, steps)) from exc
+    data = answer.get("actions") or {}
     result = PublishResult(dry_run=dry_run)
     for i, step in enumerate(steps):
+        if step.definition.server:
+            after = answer["mcpServers"][f"s{i}"]
+            result.servers.append(ServerChange(
+                name=after["name"], server_id=after["id"], file=str(step.definition.file), path=after["path"],
+                created=step.before is None, changed=step.before != after, enabled=after["enabled"]))
+            continue
         after = data.get(f"p{i}") or data[f"w{i}"]
         result.changes.append(Change(
             name=after["name"], action_id=after["actionId"], file=str(step.definition.file),
@@ -398,7 +491,7 @@ def publish(client: Querying, paths: Iterable[str | os.PathLike], *, dry_run: bo
 # ---------------------------------------------------------------------------- errors, back to the files
 
 _SOURCE_POSITION = re.compile(r"line (\d+), column (\d+): (.*)", re.S)
-_ALIAS = re.compile(r"[wp](\d+)$")
+_ALIAS = re.compile(r"[wps](\d+)$")
 _VARIABLE = re.compile(r"\$(?:in|id)(\d+)\b")
 # graphql-core: "Variable '$in0' has invalid value at .tool.responseTimeout: Int cannot represent ..."
 _VARIABLE_AT = re.compile(r"Variable '\$(?:in|id)\d+' (?:has|got) invalid value(?: at \.?(\S+?))?: (.*)", re.S)
