@@ -26,7 +26,8 @@ from ...scope import Scope
 from ...services import Services
 from ..retries import with_retries
 from .natives import native_body
-from .tools import EXECUTION_ID, PREVIEW, SESSION_ID, ListedTool, describe, failed, listed_tools, succeeded
+from .tools import (EXECUTION_ID, PREVIEW, SESSION_ID, ListedTool, describe, failed, iter_listed_tools, listed_tools,
+                    succeeded)
 
 EVENT_TYPE = "mcp.tools_call"
 # A JSON-RPC error of the implementation-defined range: the ledger could not answer for now.
@@ -111,8 +112,12 @@ class McpCalls:
     def _call_once(self, scope: Scope, caller: Caller, params: types.CallToolRequestParams, execution_id: uuid.UUID,
                    session_id: uuid.UUID | None, meta: dict) -> types.CallToolResult:
         server = server_layer(caller.server)
-        tools = listed_tools(replace(scope, chain=scope.chain.extended(server)), caller.server)
-        tool = next((t for t in tools if t.name == params.name), None)
+        tools: list[ListedTool] = []
+        for listed in iter_listed_tools(replace(scope, chain=scope.chain.extended(server)), caller.server):
+            tools.append(listed)
+            if listed.name == params.name:
+                break
+        tool = tools[-1] if tools and tools[-1].name == params.name else None
         if tool is None:
             callable_names = ", ".join(t.name for t in tools) or "none"
             raise MCPError(INVALID_PARAMS, f"no tool {params.name!r} that this caller may call on MCP server "
@@ -121,7 +126,7 @@ class McpCalls:
             input = with_fixed_input(params.arguments or {}, tool.fixed, EVENT_TYPE)
             record = invoke_action(scope, tool.record["action_id"], execution_id, tool.pinned_version, input,
                                    session_id, layer=server, event_type=EVENT_TYPE, mcp_server_id=caller.server.id,
-                                   body=native_body(tool, tools, caller.server))
+                                   body=native_body(tool, caller.server))
         except Retryable:
             raise
         except LedgerError as refused:

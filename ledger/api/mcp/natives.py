@@ -28,7 +28,7 @@ from ...executions.records import EXECUTION, PendingExecution, execution_documen
 from ...queue.start import cancel_execution, start_action
 from ...runtime import CallFailure, Program
 from ...scope import Scope, ToolFrame
-from .tools import ListedTool
+from .tools import ListedTool, listed_tools
 
 POLL_INTERVAL_MS = 1000
 TASK_STATUS = {"QUEUED": "working", "RUNNING": "working", "SUCCEEDED": "completed", "FAILED": "failed",
@@ -37,22 +37,24 @@ TASK_STATUS = {"QUEUED": "working", "RUNNING": "working", "SUCCEEDED": "complete
 PROGRAM_NATIVES = ("graphql", "cel")
 
 
-def native_body(tool: ListedTool, listed: list[ListedTool], server: McpServer) -> CallBody | None:
-    """What calling `tool` does when it is one of the natives that act for the server; None otherwise.
-    `listed`: the tools this caller may call through the server (what invoke and program can reach)."""
+def native_body(tool: ListedTool, server: McpServer) -> CallBody | None:
+    """What calling `tool` does when it is one of the natives that act for the server; None otherwise."""
     record = tool.record
     if not record["native"] or record["name"] not in natives.SERVER_NATIVES:
         return None
     bodies: dict[str, Callable[..., Any]] = {"invoke": _invoke, "get_task": _get_task, "cancel_task": _cancel_task,
                                             "program": _program}
-    return partial(_as_call, bodies[record["name"]], listed, server)
+    return partial(_as_call, bodies[record["name"]], server)
 
 
-def _as_call(body: Callable[..., Any], listed: list[ListedTool], server: McpServer, scope: Scope, tree: CallTree,
-             pending: PendingExecution, deadline: float) -> Any:
-    """A refusal met on the way (a denial, an uncallable tool) fails the native call, on the record."""
+def _as_call(body: Callable[..., Any], server: McpServer, scope: Scope, tree: CallTree, pending: PendingExecution,
+             deadline: float) -> Any:
+    """A refusal met on the way (a denial, an uncallable tool) fails the native call, on the record.
+
+    The scope's chain is the caller's layer and the server's: what it lists is what this caller may call
+    through the server, and so all that invoke and program reach."""
     try:
-        return body(scope, tree, pending, deadline, listed, server)
+        return body(scope, tree, pending, deadline, server)
     except Retryable:
         raise
     except LedgerError as refused:
@@ -68,8 +70,9 @@ def _callable_tools(listed: list[ListedTool]) -> list[ListedTool]:
 # ---------------------------------------------------------------------------- invoke
 
 
-def _invoke(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: float, listed: list[ListedTool],
+def _invoke(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: float,
             server: McpServer) -> Any:
+    listed = listed_tools(scope, server)
     args = pending.input
     preview, start = args.get("preview") is True, args.get("start") is True
     if preview and start:
@@ -188,13 +191,13 @@ def _task_answer(scope: Scope, row: dict, *, cancel_requested: bool = False) -> 
             "pollIntervalMs": POLL_INTERVAL_MS}
 
 
-def _get_task(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: float, listed: list[ListedTool],
+def _get_task(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: float,
               server: McpServer) -> dict:
     return _task_answer(scope, _task(scope, pending, server))
 
 
 def _cancel_task(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: float,
-                 listed: list[ListedTool], server: McpServer) -> dict:
+                 server: McpServer) -> dict:
     row = _task(scope, pending, server)
     cancelled = cancel_execution(scope, row["id"])
     row = {**row, "status": cancelled["status"]}
@@ -204,8 +207,9 @@ def _cancel_task(scope: Scope, tree: CallTree, pending: PendingExecution, deadli
 # ---------------------------------------------------------------------------- program
 
 
-def _program(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: float, listed: list[ListedTool],
+def _program(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: float,
              server: McpServer) -> dict:
+    listed = listed_tools(scope, server)
     args = pending.input
     preview = args.get("preview") is True
     source = args["src"]

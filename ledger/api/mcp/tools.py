@@ -13,6 +13,7 @@ import copy
 import json
 import logging
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +67,11 @@ class ListedTool:
 def listed_tools(scope: Scope, server: Any) -> list[ListedTool]:
     """The server's tools that this scope's chain (the caller's layer, then the server's) may SELECT and
     INVOKE, in the order listed. References that no longer resolve are left out, and logged."""
-    listed: list[ListedTool] = []
+    return list(iter_listed_tools(scope, server))
+
+
+def iter_listed_tools(scope: Scope, server: Any) -> Iterator[ListedTool]:
+    """`listed_tools` one at a time: a call stops at the tool it names, resolving no reference after it."""
     names: set[str] = set()
     for position, reference in enumerate(server.tools):
         record = _resolve(scope, server, position, reference)
@@ -82,8 +87,7 @@ def listed_tools(scope: Scope, server: Any) -> list[ListedTool]:
         if not (scope.allows("SELECT", ACTION, document) and scope.allows("INVOKE", ACTION, document)):
             continue
         names.add(name)
-        listed.append(ListedTool(name, reference, record))
-    return listed
+        yield ListedTool(name, reference, record)
 
 
 def _resolve(scope: Scope, server: Any, position: int, reference: dict) -> dict | None:
