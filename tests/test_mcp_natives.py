@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from helpers import balance, create_account, transfer
+from test_invoke_limits import chain_of_tools
 from live_helpers import TRANSFER
 from mcp_helpers import (EVERYTHING, UPDATE_SERVER, call_tool, count_rows, create_client, create_server, execution,
                          list_tools, publish_examples, reference, running_server)
@@ -157,6 +158,17 @@ def run():
     assert result.structured_content["value"] == ["FAILED", "insufficient_funds", 36]
 
 
+def test_tools_take_keyword_arguments_and_attempt_takes_a_tool(served, examples):
+    desk(examples)
+    positional = error_of(call_tool(url_of(served, "desk"), examples.token, "program",
+                                    {"src": "def run():\n    return tools.transfer({'amount': 1})\n"}))
+    assert positional["code"] == "action_failure"
+    assert "keyword arguments" in positional["message"]
+    not_a_tool = error_of(call_tool(url_of(served, "desk"), examples.token, "program",
+                                    {"src": "def run():\n    return attempt(len, x = 1)\n"}))
+    assert "attempt() takes one of tools.<name>" in not_a_tool["message"]
+
+
 def test_a_program_s_compile_error_answers_its_line_and_column(served, examples):
     desk(examples)
     result = call_tool(url_of(served, "desk"), examples.token, "program",
@@ -186,6 +198,18 @@ def test_the_1025th_call_in_a_program_fails_with_the_call_limit(served, examples
     assert full.is_error is False, full.content
     over = call_tool(url_of(served, "desk"), examples.token, "program", {"src": loop.format(n=1025)})
     assert error_of(over)["code"] == "action_call_limit_exceeded"
+
+
+def test_a_program_adds_no_tool_level(served, examples):
+    chain_of_tools(examples, 10)  # t0 -> t1 -> ... -> t9
+    create_server(examples, "nine", [reference("t1"), reference("program")], EVERYTHING)
+    create_server(examples, "ten", [reference("t0"), reference("program")], EVERYTHING)
+    # Nine tool levels beneath the program, as beneath any first call.
+    nine = call_tool(url_of(served, "nine"), examples.token, "program", {"src": "def run():\n    return tools.t1(depth = 1)\n"})
+    assert nine.is_error is False, nine.content
+    assert nine.structured_content["value"] == list(range(1, 10))
+    ten = call_tool(url_of(served, "ten"), examples.token, "program", {"src": "def run():\n    return tools.t0(depth = 0)\n"})
+    assert error_of(ten)["code"] == "action_call_limit_exceeded"
 
 
 def test_a_program_preview_answers_the_same_and_keeps_its_records_rolled_back(served, examples):

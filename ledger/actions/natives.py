@@ -140,7 +140,7 @@ NATIVE_TOOLS = {
     "cancel_task": {
         "id": CANCEL_TASK_ID,
         "description": "Cancels a task that invoke started and has not finished. Returns the task as get_task "
-                       "does, with status cancelled.",
+                       "does: cancelled, or still working while a running attempt stops and rolls back.",
         "inputSchema": TASK_INPUT,
         "outputSchema": TASK_OUTPUT,
         "layer": Layer("native tool \"cancel_task\" v1", ()),

@@ -71,6 +71,9 @@ class CallTree:
     session: dict | None = None
     # Deadlines of the enclosing tools that narrowed statement_timeout, innermost last.
     statement_bounds: list[float] = field(default_factory=list)
+    # Levels of the tree's records that are no tool level: an MCP server's native (`program`, `invoke`)
+    # at its root is on the record, and the tools it calls still have every tool level beneath them.
+    native_levels: int = 0
 
     def executor(self):
         if self.lease is None:
@@ -452,7 +455,7 @@ class ToolHost:
         if target is None:
             raise CallFailure("tool_not_declared", f"the program called `tools.{name}`, which its invocation did "
                               "not resolve", "declare the tool in the action's `tools` references")
-        if self.pending.depth + 1 > MAX_TOOL_DEPTH:
+        if self.pending.depth + 1 > MAX_TOOL_DEPTH + self.tree.native_levels:
             raise CallFailure("action_call_limit_exceeded",
                               f"calling {name!r} would go deeper than {MAX_TOOL_DEPTH} tool levels",
                               "flatten the call tree")

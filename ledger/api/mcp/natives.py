@@ -97,6 +97,7 @@ def _invoke(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: f
                                started_by=pending.execution_id, mcp_server_id=server.id)
         return {"taskId": str(started["execution_id"]), "status": TASK_STATUS[started["status"]]}
     tree.count_call()
+    tree.native_levels = 1  # invoke adds no tool level
     first = len(tree.pending)
     call = partial(run_call, scope, tree, record, input, execution_id=child_id,
                    parent_execution_id=pending.execution_id, root_execution_id=pending.root_execution_id,
@@ -232,6 +233,7 @@ def _program(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: 
     # The program is the writing execution of what it does through graphql(), and no layer of its own.
     frame = ToolFrame(natives.PROGRAM_ID, 1, "program", pending.execution_id)
     host = ToolHost(scope.within_tool(frame, scope.chain), tree, pending, tools, deadline)
+    tree.native_levels = 1  # the program adds no tool level
     first = len(tree.pending)
     if not preview:
         value = _run(executor, program, pending, host, deadline)
