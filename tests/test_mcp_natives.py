@@ -12,7 +12,7 @@ import pytest
 from helpers import balance, create_account, transfer
 from test_invoke_limits import chain_of_tools
 from live_helpers import TRANSFER
-from mcp_helpers import (EVERYTHING, UPDATE_SERVER, call_tool, count_rows, create_client, create_server, execution,
+from mcp_helpers import (EVERYTHING, UPDATE_SERVER, call_tool, count_rows, create_client, create_server,
                          list_tools, publish_examples, reference, running_server)
 
 from ledger.actions.natives import CEL_ID, GRAPHQL_ID, INVOKE_ID, PROGRAM_ID
