@@ -21,26 +21,21 @@ from psycopg.pq import TransactionStatus
 from ..actions import natives
 from ..actions.registry import load_action
 from ..actions.schemas import first_error
-from ..errors import LedgerError, Retryable
+from ..errors import Retryable
 from ..logs import bind_call, unbind_call
 from ..policy.cel import CelError, evaluate_expression
 from ..policy.chain import Layer
 from ..policy.statements import parse_policies
 from ..runtime import CallFailure, Program, RunOutcome
 from ..scope import Scope, ToolFrame
+from . import admission
 from .records import PendingExecution
 from ..values import value_problem
 
-MAX_TOOL_DEPTH = 8
 # Where a running call tree is kept in `Scope.request_state`, so that an invokeAction made through
 # graphql() joins it (re-entry, depth, count, deadline, records) instead of starting a tree of its own.
 TREE_KEY = "call_tree"
-MAX_CALLS_BENEATH = 1024
 DEFAULT_RESPONSE_TIMEOUT = 30.0
-
-
-class CallLimitExceeded(LedgerError):
-    code = "action_call_limit_exceeded"
 
 
 class _Failed(Exception):
@@ -81,13 +76,6 @@ class CallTree:
         if self.lease is not None:
             self.lease.release()
             self.lease = None
-
-    def count_call(self) -> None:
-        self.calls_beneath += 1
-        if self.calls_beneath > MAX_CALLS_BENEATH:
-            raise CallFailure("action_call_limit_exceeded",
-                              f"more than {MAX_CALLS_BENEATH} calls beneath one call",
-                              "batch the work into fewer calls, or split it across several top-level calls")
 
 
 def tool_layer(record: dict) -> Layer:
@@ -343,8 +331,15 @@ class ToolHost:
         self.deadline = deadline
         self.sequence = 0
 
-    def _next_child(self) -> tuple[int, uuid.UUID]:
-        self.tree.count_call()
+    def _next_child(self, target: dict | None = None, name: str | None = None) -> tuple[int, uuid.UUID]:
+        """Admit the next call (a tool `target`, called `name`, or a native call) and give it its id."""
+        try:
+            if target is None:
+                admission.count_call(self.tree)
+            else:
+                admission.admit(self.tree, target, name)
+        except admission.CallRefused as refused:
+            raise CallFailure(refused.code, refused.message, refused.hint) from None
         self.sequence += 1
         # Deterministic (the same program and input make the same calls with the same ids), and keyed:
         # no client can compute a child's id and take it first.
@@ -438,18 +433,10 @@ class ToolHost:
         if target is None:
             raise CallFailure("tool_not_declared", f"the program called `tools.{name}`, which its invocation did "
                               "not resolve", "declare the tool in the action's `tools` references")
-        if self.pending.depth + 1 > MAX_TOOL_DEPTH:
-            raise CallFailure("action_call_limit_exceeded",
-                              f"calling {name!r} would go deeper than {MAX_TOOL_DEPTH} tool levels",
-                              "flatten the call tree")
-        if (target["action_id"], target["version"]) in self.tree.stack:
-            raise CallFailure("action_call_limit_exceeded",
-                              f"{name!r} v{target['version']} is already on the call stack; a call never re-enters it",
-                              "restructure the tools so that none calls back into its caller")
-        if target["status"] != "ACTIVE" or target["pending"] or not target["enabled"]:
+        sequence, child_id = self._next_child(target, name)
+        if admission.refused_version(target) is not None:
             raise CallFailure("action_failure", f"the tool {name!r} is not callable ({target['status']})",
                               "publish or enable the tool it references")
-        sequence, child_id = self._next_child()
         reference = target.get("reference") or {}
         try:
             input = merge_fixed_input(input, reference.get("input"), self.tree.session, self.pending.event)

@@ -35,6 +35,12 @@ def execution_document(row: dict) -> dict:
     return doc
 
 
+def lock_execution_id(scope: Scope, execution_id: uuid.UUID) -> None:
+    """Serialize the requests that use one executionId until this transaction ends, so that two of them
+    never both find it unused and run it."""
+    scope.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{scope.tenant_id}:{execution_id}",))
+
+
 def require_new_execution(scope: Scope, execution_id: uuid.UUID, action_id: uuid.UUID, version: int, *,
                           status: str, started: bool) -> None:
     """A direct caller needs SELECT and INSERT on the execution it is about to create."""

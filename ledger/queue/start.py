@@ -10,12 +10,12 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ..actions.lifecycle import settle_pending_lifecycle
-from ..actions.registry import ACTION, as_document, load_action
 from ..actions.schemas import first_error
 from ..errors import LedgerError, NotFound, Retryable
-from ..executions.invoke import ExecutionIdConflict, callable_record
-from ..executions.records import (EXECUTION, execution_document, load_execution, record_of,
-                                         require_new_execution)
+from ..executions.admission import invocable_record
+from ..executions.invoke import ExecutionIdConflict
+from ..executions.records import (EXECUTION, execution_document, load_execution, lock_execution_id, record_of,
+                                  require_new_execution)
 from ..values import require_storable_input, same_json, value_problem
 from ..scope import Scope
 
@@ -36,7 +36,7 @@ def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, ve
         raise StartNotAllowed("a start cannot be made from inside an execution",
                               hint="call the tool with tools.<name>() or invokeAction instead")
     require_storable_input(input)
-    scope.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{scope.tenant_id}:{execution_id}",))
+    lock_execution_id(scope, execution_id)
     existing = load_execution(scope, execution_id)
     if existing is not None:
         scope.require("SELECT", EXECUTION, execution_document(existing))
@@ -45,11 +45,7 @@ def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, ve
             raise ExecutionIdConflict(f"executionId {execution_id} was already used for another call",
                                       hint="use a new executionId for a new start")
         return record_of(existing)
-    record = load_action(scope, action_id, version)
-    if record is not None:
-        scope.require("SELECT", ACTION, as_document(record))
-        scope.require("INVOKE", ACTION, as_document(record))
-    record = callable_record(scope, action_id, version)
+    record = invocable_record(scope, action_id, version)
     if record["tool"].get("session"):
         raise StartNotAllowed(f"{record['name']!r} has sessions and cannot be started",
                               hint="call it with invokeAction, which finds or creates its session")
