@@ -25,7 +25,7 @@ from ..errors import Retryable
 from ..logs import bind_call, unbind_call
 from ..policy.cel import CelError, evaluate_expression
 from ..policy.chain import Layer
-from ..policy.statements import parse_policies
+from ..policy.layers import layer_from_stored
 from ..runtime import CallFailure, Program, RunOutcome
 from ..scope import Scope, ToolFrame
 from . import admission
@@ -81,14 +81,7 @@ class CallTree:
 def tool_layer(record: dict) -> Layer:
     if record["native"]:
         return natives.NATIVE_TOOLS[record["name"]]["layer"]
-    name = f'tool "{record["name"]}" v{record["version"]}'
-    statements, problems = parse_policies(record.get("policies") or [])
-    if problems:
-        # Checked when written; a stored version that no longer parses fails closed (a dropped DENY
-        # would widen what the tool may do).
-        return Layer(f"{name} (its stored policies are invalid, so it is allowed nothing: "
-                     f"{problems[0]['path']}: {problems[0]['message']})", ())
-    return Layer(name, statements)
+    return layer_from_stored(f'tool "{record["name"]}" v{record["version"]}', record.get("policies") or [])
 
 
 def response_timeout_seconds(record: dict) -> float:
