@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import random
 import socket
 import threading
 import time
@@ -30,6 +29,7 @@ from psycopg.types.json import Jsonb
 from ..actions.lifecycle import settle_pending_lifecycle
 from ..actions.registry import load_action
 from ..auth.clients import client_layer
+from ..db.retry import retry_lost_races
 from ..errors import Retryable
 from ..executions.engine import CallTree, run_call
 from ..executions.records import flush, record_json
@@ -291,7 +291,7 @@ def run_attempt(services: Any, job: Job) -> str:
     # 2. The attempt itself, in its own transaction, committed only while the lease holds. A transaction
     #    that lost a race (a concurrent transfer on the same account) is run again at once, as the server
     #    does with a request, instead of waiting for the lease to lapse.
-    for race in range(services.settings.race_retries + 1):
+    def attempt_once() -> str:
         started_at = datetime.datetime.now(datetime.timezone.utc)
         try:
             with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
@@ -321,11 +321,9 @@ def run_attempt(services: Any, job: Job) -> str:
                 return _finish(conn, services, job, execution, attempt, record, pending, started_at, scope=scope)
         except Cancelled:
             return _finish_cancelled(services, job, execution, deadline, started_at)
-        except Retryable as exc:
-            if not exc.race or race == services.settings.race_retries or time.monotonic() >= deadline or job.lost:
-                raise
-            time.sleep(random.uniform(0.001, min(0.2, 0.005 * 2**race)))
-    raise AssertionError("unreachable")
+
+    return retry_lost_races(attempt_once, retries=services.settings.race_retries, deadline=deadline,
+                            may_retry=lambda: not job.lost)
 
 
 def _drop_lease(services: Any, job: Job) -> None:
