@@ -17,7 +17,7 @@ from ..errors import LedgerError, NotFound
 from ..scope import Scope
 
 if TYPE_CHECKING:
-    from .engine import CallTree
+    from .tree import CallTree
 
 # Tool levels below the first call (the first call is at depth 0).
 MAX_TOOL_DEPTH = 8

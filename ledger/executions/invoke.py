@@ -14,7 +14,8 @@ from ..scope import Scope
 from ..values import require_storable_input, same_json
 from . import admission, sessions
 from .admission import ActionNotCallable
-from .engine import TREE_KEY, CallTree, response_timeout_seconds, run_call
+from .engine import run_call
+from .tree import TREE_KEY, CallTree, response_timeout_seconds
 from .records import (EXECUTION, PendingExecution, execution_document, flush, load_execution, lock_execution_id,
                       record_of, require_new_execution)
 
