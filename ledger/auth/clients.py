@@ -116,14 +116,6 @@ def disable_client(scope: Scope, client_id: uuid.UUID) -> dict:
     )
 
 
-def get_client(scope: Scope, client_id: uuid.UUID) -> dict | None:
-    row = scope.one(f"SELECT {_COLUMNS} FROM clients WHERE tenant_id = %s AND id = %s",
-                    (scope.tenant_id, client_id))
-    if row is not None:
-        scope.require("SELECT", CLIENT, row)
-    return row
-
-
 def issue_token(scope: Scope, client_id: uuid.UUID, ttl_seconds: int | None) -> tuple[str, int | None]:
     """Minting a token for a client is an UPDATE of that client: it extends who can act as it."""
     if ttl_seconds is not None and ttl_seconds <= 0:

@@ -99,11 +99,6 @@ def run_attempt(services: Any, job: Job) -> str:
                             may_retry=lambda: not job.lost)
 
 
-def load_action_for(services: Any, conn: psycopg.Connection, execution: dict) -> dict | None:
-    scope = _scope_for(services, conn, execution, time.monotonic() + 30)
-    return load_action(scope, execution["action_id"], execution["action_version"])
-
-
 _UNREAD = object()
 
 
