@@ -15,7 +15,7 @@ from ..actions.registry import load_action
 from ..auth.clients import client_layer
 from ..db.retry import retry_lost_races
 from ..executions.engine import run_call
-from ..executions.records import flush, record_json
+from ..executions.records import EXECUTION_COLUMNS, flush, record_json
 from ..executions.tree import CallTree
 from ..logs import current_call, update_call
 from ..metrics import call_finished, json_size, observe_tree
@@ -38,8 +38,8 @@ def backoff_seconds(base: float, attempt: int) -> float:
     return min(MAX_BACKOFF_SECONDS, base * (2 ** max(0, attempt - 1)))
 
 
-_EXECUTION_COLUMNS = ("tenant_id, id, action_id, action_version, status, attempts, client_id, client_claims, input,"
-                      " event")
+# Its record's columns, and the starter's claims that its authority carries over from.
+_ATTEMPT_COLUMNS = f"{EXECUTION_COLUMNS}, client_claims"
 
 
 def run_attempt(services: Any, job: Job) -> str:
@@ -48,7 +48,7 @@ def run_attempt(services: Any, job: Job) -> str:
     # 1. Mark it RUNNING in a short transaction of its own, so that readers see it.
     with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
         queue_row = fence(conn, job)
-        execution = conn.execute(f"SELECT {_EXECUTION_COLUMNS} FROM executions WHERE tenant_id = %s AND id = %s",
+        execution = conn.execute(f"SELECT {_ATTEMPT_COLUMNS} FROM executions WHERE tenant_id = %s AND id = %s",
                                  (job.tenant_id, job.execution_id)).fetchone()
         if execution is None or execution["status"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
             release(conn, job, retry_in=None)

@@ -14,8 +14,8 @@ from ..actions.schemas import first_error
 from ..errors import LedgerError, NotFound, Retryable
 from ..executions.admission import invocable_record
 from ..executions.invoke import ExecutionIdConflict
-from ..executions.records import (EXECUTION, execution_document, load_execution, lock_execution_id, record_of,
-                                  require_new_execution)
+from ..executions.records import (EXECUTION, EXECUTION_COLUMNS, execution_document, load_execution,
+                                  lock_execution_id, record_of, require_new_execution)
 from ..values import require_storable_input, same_json, value_problem
 from ..scope import Scope
 
@@ -82,9 +82,7 @@ def _insert_queued(scope: Scope, execution_id: uuid.UUID, action_id: uuid.UUID, 
         "INSERT INTO executions (tenant_id, id, action_id, action_version, status, root_execution_id, depth,"
         " started, client_id, client_claims, run_at, event, input)"
         " VALUES (%s, %s, %s, %s, 'QUEUED', %s, 0, true, %s, %s, coalesce(%s, now()), %s, %s)"
-        " RETURNING tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
-        " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input, session_id,"
-        " created_at",
+        f" RETURNING {EXECUTION_COLUMNS}",
         (scope.tenant_id, execution_id, action_id, version, execution_id, scope.principal.client_id,
          Jsonb(scope.principal.claims), run_at, Jsonb(event), Jsonb(input)),
     )
@@ -92,9 +90,7 @@ def _insert_queued(scope: Scope, execution_id: uuid.UUID, action_id: uuid.UUID, 
 
 def cancel_execution(scope: Scope, execution_id: uuid.UUID) -> dict:
     row = scope.one(
-        "SELECT tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
-        " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input, session_id,"
-        " created_at FROM executions WHERE tenant_id = %s AND id = %s FOR UPDATE",
+        f"SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = %s AND id = %s FOR UPDATE",
         (scope.tenant_id, execution_id),
     )
     if row is None:
@@ -124,9 +120,7 @@ def cancel_execution(scope: Scope, execution_id: uuid.UUID) -> dict:
                        (scope.tenant_id, execution_id))
     updated = scope.one(
         "UPDATE executions SET status = 'CANCELLED', updated_at = now() WHERE tenant_id = %s AND id = %s"
-        " RETURNING tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
-        " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input, session_id,"
-        " created_at",
+        f" RETURNING {EXECUTION_COLUMNS}",
         (scope.tenant_id, execution_id),
     )
     settle_pending_lifecycle(scope, row["action_id"])
