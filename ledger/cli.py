@@ -51,7 +51,7 @@ def attach(settings: Settings, *, migrate: bool = True) -> Attached:
         cluster.start()
         ensure_database(cluster.url(), EMBEDDED_DATABASE)
         # Closing stops the server if we started it (once other commands using it are done), and in
-        # any case tells the starter that this command no longer uses it.
+        # any case tells the starter that this command is done with it.
         attached = Attached(cluster.url(EMBEDDED_DATABASE), cluster)
     if migrate:
         applied = apply_migrations(attached.conninfo)

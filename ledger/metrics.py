@@ -134,7 +134,7 @@ def update_pool_metrics(services: Any) -> None:
     POOL_REQUESTS.inc(stats.get("requests_num", 0))
     POOL_WAIT_SECONDS.inc(stats.get("requests_wait_ms", 0) / 1000)
     POOL_ERRORS.inc(stats.get("requests_errors", 0))
-    executors = services.executors
+    executors = services.started_executor_pool()
     if executors is not None:
         try:
             EXECUTORS.labels("live").set(len(executors._live))

@@ -8,7 +8,6 @@ database connection.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from typing import Any
 
@@ -20,6 +19,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..auth.clients import client_layer, load_principal, principal_query
+from ..db.retry import retry_lost_races
 from ..errors import LedgerError, Retryable, Unauthenticated
 from ..policy.chain import Chain
 from ..scope import Scope
@@ -141,22 +141,18 @@ class GraphQLEndpoint:
 
     def execute(self, claims, query: str, variables: dict | None, operation_name: str | None,
                 deadline: float, dry_run: bool) -> tuple[dict, int]:
-        attempts = self.services.settings.race_retries + 1
-        for attempt in range(attempts):
-            try:
-                payload, status = self._execute_once(claims, query, variables, operation_name, deadline, dry_run)
-            except Retryable as exc:
-                if attempt + 1 < attempts and exc.race and time.monotonic() < deadline:
-                    time.sleep(random.uniform(0.001, min(0.2, 0.005 * 2**attempt)))
-                    continue
-                REQUESTS.labels("retryable").inc()
-                return {"data": None, "errors": [error_payload(exc.message, exc.code, exc.hint, retryable=True)]}, 200
-            except Unauthenticated as exc:
-                REQUESTS.labels("unauthenticated").inc()
-                return {"errors": [error_payload(exc.message, exc.code, exc.hint)]}, 401
-            REQUESTS.labels("error" if payload.get("errors") else "ok").inc()
-            return payload, status
-        raise AssertionError("unreachable")
+        try:
+            payload, status = retry_lost_races(
+                lambda: self._execute_once(claims, query, variables, operation_name, deadline, dry_run),
+                retries=self.services.settings.race_retries, deadline=deadline)
+        except Retryable as exc:
+            REQUESTS.labels("retryable").inc()
+            return {"data": None, "errors": [error_payload(exc.message, exc.code, exc.hint, retryable=True)]}, 200
+        except Unauthenticated as exc:
+            REQUESTS.labels("unauthenticated").inc()
+            return {"errors": [error_payload(exc.message, exc.code, exc.hint)]}, 401
+        REQUESTS.labels("error" if payload.get("errors") else "ok").inc()
+        return payload, status
 
     def _execute_once(self, claims, query, variables, operation_name, deadline, dry_run) -> tuple[dict, int]:
         services = self.services
