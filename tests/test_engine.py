@@ -96,14 +96,15 @@ def engine_for(services, db_url):
         runner = FakeRunner(answer)
         # The services as wiring builds them, but for the GraphQL runner and without program analysis
         # (which needs the schema): the engine must not need either.
-        own = dataclasses.replace(services, graphql=runner, analyze_program=None, executors=None)
+        own = dataclasses.replace(services, graphql=runner, analyze_program=None)
         made.append(own)
         return Engine(own, tenant_id, admin_id), runner
 
     yield make
     for own in made:
-        if own.executors is not None:
-            own.executors.close()
+        pool = own.started_executor_pool()
+        if pool is not None:
+            pool.close()
 
 
 def test_graphql_goes_to_the_runner_under_the_tools_scope(engine_for):
