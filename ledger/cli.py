@@ -195,6 +195,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         os.environ["LEDGER_DATABASE_URL"] = attached.conninfo
         os.environ["LEDGER_DATA_DIR"] = str(settings.data_dir.resolve())
         os.environ["LEDGER_RUN_WORKER"] = "0" if args.no_worker else "1"
+        # The app reads its settings again (uvicorn's factory): the MCP endpoint's allowed hosts default
+        # to the host and port served.
+        os.environ["LEDGER_HOST"], os.environ["LEDGER_PORT"] = settings.host, str(settings.port)
         metrics_dir = _multiprocess_metrics(args.workers)
         graphiql.ensure_assets(settings)  # in the background, when no cache holds them
         if settings.embedded:

@@ -48,6 +48,19 @@ class Settings:
     # How long a claim holds without a heartbeat: a dead worker's work is retried after this.
     lease_seconds: float = field(default_factory=lambda: _env_float("LEDGER_LEASE_SECONDS", 10.0))
 
+    # The Host values the MCP endpoint answers (DNS-rebinding protection, DESIGN 12): comma-separated,
+    # `name:*` for any port, `*` for no check (behind a proxy that checks). Default: the host served.
+    mcp_allowed_hosts: str | None = field(default_factory=lambda: os.environ.get("LEDGER_MCP_ALLOWED_HOSTS"))
+
+    def mcp_hosts(self) -> list[str]:
+        if self.mcp_allowed_hosts and self.mcp_allowed_hosts.strip():
+            return [h.strip() for h in self.mcp_allowed_hosts.split(",") if h.strip()]
+        hosts = [f"{self.host}:{self.port}"]
+        if self.host in ("127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0", "::"):
+            # A loopback (or every-interface) server is reached as any of its local names.
+            hosts += [f"127.0.0.1:{self.port}", f"localhost:{self.port}", f"[::1]:{self.port}"]
+        return list(dict.fromkeys(hosts))
+
     @property
     def embedded(self) -> bool:
         return self.database_url is None

@@ -42,6 +42,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
     app = build_app(services)
 
     run_worker = os.environ.get("LEDGER_RUN_WORKER", "1") == "1"
+    # The app's own lifespan (the MCP session manager) runs inside this one.
+    app_lifespan = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -58,7 +60,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
             worker = Worker(services, concurrency=settings.worker_concurrency,
                             lease_seconds=settings.lease_seconds).start()
         try:
-            yield
+            async with app_lifespan(_app):
+                yield
         finally:
             if worker is not None:
                 worker.stop()

@@ -1,4 +1,5 @@
-"""The HTTP surface: POST /graphql (one request, one transaction), GraphiQL, /healthz, /metrics.
+"""The HTTP surface: POST /graphql (one request, one transaction), POST /mcp/<name> (ledger/api/mcp),
+GraphiQL, /healthz, /metrics.
 
 The GraphQL execution is synchronous and runs on a worker thread: every field, including the fields
 inside the `actions {}` namespace objects, then runs serially in document order on the request's one
@@ -7,6 +8,7 @@ database connection.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -28,6 +30,7 @@ from . import documents
 from .documents import error_payload, first_retryable, format_error, is_document_error
 from .graphiql import asset_response, graphiql_page
 from .json_codec import dump_json, load_json
+from .mcp import McpEndpoint
 from .schema import schema
 
 log = logging.getLogger("ledger.http")
@@ -212,9 +215,21 @@ def build_app(services: Services) -> Starlette:
         # Only the pinned asset names are served, from the first cache that holds them all.
         return await run_in_threadpool(asset_response, services, request.path_params["name"])
 
-    return Starlette(routes=[
+    mcp = McpEndpoint(services)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette):
+        # The MCP session manager runs here: a mounted sub-app's lifespan would never run.
+        async with mcp.running():
+            yield
+
+    app = Starlette(routes=[
         Route("/graphql", endpoint, methods=["GET", "POST"]),
         Route("/graphiql/{name}", graphiql_asset, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-    ])
+        # The SDK answers every method itself (405 for GET and DELETE in stateless mode).
+        Route("/mcp/{name}", mcp, methods=["GET", "POST", "DELETE"]),
+    ], lifespan=lifespan)
+    app.state.mcp = mcp
+    return app

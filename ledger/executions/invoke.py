@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import psycopg
 
 from ..actions.registry import load_action
 from ..errors import LedgerError, Retryable
+from ..policy.chain import Layer
 from ..scope import Scope
 from ..values import require_storable_input, same_json
 from . import admission, sessions
 from .admission import ActionNotCallable
 from .engine import run_call
+from .failures import CallFailed
+from .fixed_input import merge_fixed_input
 from .tree import TREE_KEY, CallTree, response_timeout_seconds
 from .records import (EXECUTION, PendingExecution, execution_document, flush, load_execution, lock_execution_id,
                       record_of, require_new_execution)
@@ -24,8 +28,23 @@ class ExecutionIdConflict(LedgerError):
     code = "execution_id_conflict"
 
 
+def with_fixed_input(supplied: Any, fixed: Any, event_type: str) -> Any:
+    """A reference's fixed input merged over what its caller supplied (DESIGN 6); a `$cel` value that
+    cannot be evaluated is `action_input_invalid`, before anything runs."""
+    try:
+        return merge_fixed_input(supplied, fixed, None, {"eventType": event_type, "data": supplied,
+                                                         "recordType": None, "recordId": None})
+    except CallFailed as failed:
+        raise LedgerError(failed.message, code=failed.code, hint=failed.hint) from None
+
+
 def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, version: int | None, input: Any,
-                  session_id: uuid.UUID | None) -> dict:
+                  session_id: uuid.UUID | None, *, layer: Layer | None = None, event_type: str = "action.invoked",
+                  mcp_server_id: uuid.UUID | None = None) -> dict:
+    """`layer`: one more layer between the caller's and the tools' (an MCP server's). It narrows the
+    action's SELECT and INVOKE and everything the call does; the caller's own records of the call
+    (the execution, the session) stay the caller's to authorize, so a server that allows no writes
+    still lets its read tools be called and recorded."""
     require_storable_input(input)
     tree: CallTree | None = scope.request_state.get(TREE_KEY)
     if tree is not None:
@@ -44,7 +63,8 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
         earlier = next((p for p in tree.pending if p.execution_id == execution_id), None)
         if earlier is not None:
             return _repeat_within_tree(scope, earlier, action_id, version, input)
-    record = admission.invocable_record(scope, action_id, version)
+    call_scope = scope if layer is None else replace(scope, chain=scope.chain.extended(layer))
+    record = admission.invocable_record(call_scope, action_id, version)
     session = None
     if session_id is not None and not record["tool"].get("session"):
         raise ActionNotCallable(f"{record['name']!r} has no sessions", hint="omit sessionId")
@@ -69,12 +89,14 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
         enclosing = next((p.execution_id for p in reversed(tree.pending) if p.status == "RUNNING"), None)
     try:
         started = time.monotonic()
-        pending = run_call(scope, tree, record, input, execution_id=execution_id, parent_execution_id=parent,
+        pending = run_call(call_scope, tree, record, input, execution_id=execution_id, parent_execution_id=parent,
                            root_execution_id=execution_id if own_tree else tree.pending[0].root_execution_id,
                            call_sequence=None, depth=0 if own_tree else len(tree.stack),
                            deadline=scope.deadline if own_tree or not tree.deadlines else tree.deadlines[-1],
-                           session_id=session["id"] if session else None, parent_attempt=parent_attempt)
+                           session_id=session["id"] if session else None, parent_attempt=parent_attempt,
+                           event_type=event_type)
         pending.enclosing_execution_id = enclosing
+        pending.mcp_server_id = mcp_server_id
     finally:
         if own_tree:
             scope.request_state.pop(TREE_KEY, None)

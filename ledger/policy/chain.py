@@ -150,6 +150,14 @@ class Layer:
                 if operation in statement.actions
             )
 
+    def has_allow_for(self, operations: tuple[str, ...] | frozenset[str]) -> bool:
+        """Whether any ALLOW statement names one of `operations`, whatever its resources and assertion:
+        a layer without one can never allow them (MCP's `readOnlyHint`, DESIGN 12)."""
+        if self.allow_all:
+            return True
+        return any(statement.effect == "ALLOW" for operation in operations
+                   for _, statement in self._by_operation.get(operation, ()))
+
     def denial_reason(self, operation: str, resource: str, decision: _DecisionInput) -> str | None:
         """Why this layer denies, or None when it allows."""
         if self.allow_all:

@@ -1,0 +1,169 @@
+"""tools/list and tools/call on a worker thread: each one ledger request, in one transaction, retried by
+the server on a lost race like a GraphQL request (DESIGN 3 and 12).
+
+A JSON-RPC error and a call refused before it ran roll the transaction back; a call that ran commits
+its record, FAILED included. A preview (`_meta["ledger/preview"]: true`) runs and rolls back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+
+from ...actions.mcp_servers import McpServer, server_layer
+from ...auth.clients import client_layer
+from ...errors import LedgerError, Retryable
+from ...executions import records
+from ...executions.invoke import invoke_action, with_fixed_input
+from ...policy.chain import Chain, Layer
+from ...policy.principal import Principal
+from ...scope import Scope
+from ...services import Services
+from ...db.retry import retry_lost_races
+from .tools import (EXECUTION_ID, PREVIEW, SESSION_ID, ListedTool, describe, failed, iter_listed_tools, listed_tools,
+                    succeeded)
+
+EVENT_TYPE = "mcp.tools_call"
+# A JSON-RPC error of the implementation-defined range: the ledger could not answer for now.
+RETRYABLE_ERROR = -32000
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who calls which server: resolved by the route before the SDK takes the request over."""
+
+    principal: Principal
+    policies: list[dict]
+    server: McpServer
+    deadline: float
+
+    def client_layer(self) -> Layer:
+        return client_layer(self.principal, self.policies)
+
+
+class _Refused(Exception):
+    """Leaves the transaction (rolling it back) with a call the ledger refused before running it."""
+
+    def __init__(self, result: types.CallToolResult) -> None:
+        self.result = result
+
+
+class McpCalls:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    def _transaction(self, caller: Caller, *, rollback: bool):
+        return self.services.db.transaction(caller.principal.tenant_id, deadline=caller.deadline, rollback=rollback)
+
+    def _scope(self, conn, caller: Caller, *, dry_run: bool = False) -> Scope:
+        return Scope(conn=conn, principal=caller.principal, chain=Chain((caller.client_layer(),)),
+                     services=self.services, deadline=caller.deadline, dry_run=dry_run)
+
+    # ------------------------------------------------------------------ tools/list
+
+    def list_tools(self, caller: Caller) -> types.ListToolsResult:
+        client, server = caller.client_layer(), server_layer(caller.server)
+
+        def once() -> list[types.Tool]:
+            with self._transaction(caller, rollback=True) as conn:
+                scope = self._scope(conn, caller)
+                listing = replace(scope, chain=scope.chain.extended(server))
+                return [describe(tool, client, server) for tool in listed_tools(listing, caller.server)]
+
+        try:
+            return types.ListToolsResult(tools=retry_lost_races(once, retries=self.services.settings.race_retries,
+                                                                 deadline=caller.deadline))
+        except Retryable as exc:
+            raise _retryable_error(exc) from None
+
+    # ------------------------------------------------------------------ tools/call
+
+    def call_tool(self, caller: Caller, params: types.CallToolRequestParams) -> types.CallToolResult:
+        request_meta = dict(params.meta or {})
+        preview = request_meta.get(PREVIEW) is True
+        answer_meta: dict[str, Any] = {PREVIEW: True} if preview else {}
+        try:
+            given = _uuid_meta(request_meta, EXECUTION_ID)
+            session_id = _uuid_meta(request_meta, SESSION_ID)
+        except LedgerError as exc:
+            return failed(exc.code, exc.message, exc.hint, answer_meta)
+        execution_id = given or uuid.uuid4()
+        answer_meta[EXECUTION_ID] = str(execution_id)
+
+        def once() -> types.CallToolResult:
+            try:
+                with self._transaction(caller, rollback=preview) as conn:
+                    return self._call_once(self._scope(conn, caller, dry_run=preview), caller, params, execution_id,
+                                           session_id, answer_meta)
+            except _Refused as refused:
+                return refused.result
+
+        try:
+            return retry_lost_races(once, retries=self.services.settings.race_retries, deadline=caller.deadline)
+        except Retryable as exc:
+            # Transient failures are the runtime's to retry, not the model's: still one isError result.
+            return failed("retryable", exc.message, exc.hint, answer_meta)
+
+    def _call_once(self, scope: Scope, caller: Caller, params: types.CallToolRequestParams, execution_id: uuid.UUID,
+                   session_id: uuid.UUID | None, meta: dict) -> types.CallToolResult:
+        server = server_layer(caller.server)
+        tools: list[ListedTool] = []
+        for listed in iter_listed_tools(replace(scope, chain=scope.chain.extended(server)), caller.server):
+            tools.append(listed)
+            if listed.name == params.name:
+                break
+        tool = tools[-1] if tools and tools[-1].name == params.name else None
+        if tool is None:
+            callable_names = ", ".join(t.name for t in tools) or "none"
+            raise MCPError(INVALID_PARAMS, f"no tool {params.name!r} that this caller may call on MCP server "
+                                           f"{caller.server.name!r}; the tools it may call: {callable_names}")
+        try:
+            input = with_fixed_input(params.arguments or {}, tool.fixed, EVENT_TYPE)
+            record = invoke_action(scope, tool.record["action_id"], execution_id, tool.pinned_version, input,
+                                   session_id, layer=server, event_type=EVENT_TYPE, mcp_server_id=caller.server.id)
+        except Retryable:
+            raise
+        except LedgerError as refused:
+            raise _Refused(failed(refused.code, refused.message, refused.hint, meta)) from None
+        return _result(scope, tool, record, meta)
+
+
+def _result(scope: Scope, tool: ListedTool, record: dict, meta: dict) -> types.CallToolResult:
+    meta = dict(meta)
+    if record.get("session_id") is not None:
+        meta[SESSION_ID] = str(record["session_id"])
+    invocations = record.get("invocations") or records.invocations_of(scope, record["execution_id"])
+    latest = invocations[-1] if invocations else {}
+    if record["status"] == "SUCCEEDED":
+        return succeeded(tool, latest.get("output"), meta)
+    if record["status"] == "FAILED":
+        error = latest.get("error") or {"code": "action_failure", "message": "the call failed"}
+        return failed(error["code"], error["message"], error.get("hint"), meta)
+    # A repeat of an executionId that a started execution holds and that has not finished.
+    raise _Refused(failed("execution_id_conflict",
+                          f"executionId {record['execution_id']} belongs to an execution that is "
+                          f"{record['status']}, not to a call made here",
+                          "use a new executionId for a new call", meta))
+
+
+def _uuid_meta(meta: dict, key: str) -> uuid.UUID | None:
+    value = meta.get(key)
+    if value is None:
+        return None
+    try:
+        if not isinstance(value, str):
+            raise ValueError
+        return uuid.UUID(value)
+    except ValueError:
+        raise LedgerError(f"_meta[{key!r}] is not a UUID: {value!r}", code="bad_request",
+                          hint=f"send _meta[{key!r}] as a UUID string, or leave it out") from None
+
+
+def _retryable_error(exc: Retryable) -> MCPError:
+    return MCPError(RETRYABLE_ERROR, f"retryable: {exc.message}",
+                    {"code": exc.code, "hint": exc.hint, "retryable": True})
