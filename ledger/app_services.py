@@ -33,7 +33,8 @@ class Services:
                 if self.executors is None:
                     from .runtime import ExecutorPool
 
-                    pool = ExecutorPool(size=self.settings.executors,
+                    pool = ExecutorPool(size=self.settings.executors, max_size=self.settings.executors_max,
+                                        per_tenant=self.settings.executors_per_tenant,
                                         memory_limit_bytes=self.settings.executor_memory_bytes,
                                         max_payload_bytes=self.settings.max_payload_bytes)
                     pool.start()
