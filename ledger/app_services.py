@@ -21,6 +21,9 @@ class Services:
 
     @classmethod
     def open(cls, settings: Settings, conninfo: str) -> "Services":
+        from . import metrics
+
+        metrics.configure(per_action=settings.metrics_per_action)
         tokens = TokenService(load_signing_key(conninfo))
         db = Database.open(conninfo, min_size=settings.pool_min, max_size=settings.pool_max,
                            wait_timeout=settings.pool_wait, max_waiting=settings.pool_queue)

@@ -53,6 +53,11 @@ class Settings:
     executor_memory_bytes: int = field(default_factory=lambda: _env_int("LEDGER_EXECUTOR_MEMORY", 1 << 30))
     max_payload_bytes: int = field(default_factory=lambda: _env_int("LEDGER_MAX_PAYLOAD", 16 << 20))
 
+    # /metrics: per-action series carry tenants' action names, so they are the operator's choice; with a
+    # token set, a scrape must send `Authorization: Bearer <token>`.
+    metrics_per_action: bool = field(default_factory=lambda: os.environ.get("LEDGER_METRICS_PER_ACTION") == "1")
+    metrics_token: str | None = field(default_factory=lambda: os.environ.get("LEDGER_METRICS_TOKEN") or None)
+
     # Queue workers: attempts run at once per worker process.
     worker_concurrency: int = field(default_factory=lambda: _env_int("LEDGER_WORKER_CONCURRENCY", 4))
     # How long a claim holds without a heartbeat: a dead worker's work is retried after this.

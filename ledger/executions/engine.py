@@ -145,6 +145,7 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
         call_sequence=call_sequence, depth=depth, client_id=scope.principal.client_id,
         event={"eventType": event_type, "data": input, "recordType": None, "recordId": None},
         input=input, session_id=session_id, started_at=_now(), attempt=attempt, action_name=record["name"],
+        action_kind=record["kind"],
     )
     tree.pending.append(pending)
     deadline = response_deadline(record, deadline)

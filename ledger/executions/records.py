@@ -119,6 +119,7 @@ class PendingExecution:
     finished_at: datetime.datetime | None = None
     output_bytes: int | None = None
     action_name: str | None = None  # for metrics and logs
+    action_kind: str | None = None  # for metrics (a native call's is known by its action id)
 
     @property
     def duration_ms(self) -> float | None:
