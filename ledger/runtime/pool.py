@@ -6,15 +6,14 @@ while fewer than `size` exist, replaced in the background, so the next lease fin
 
 Tenants share the pool fairly: one tenant holds at most `per_tenant` executors at once (half of
 `max_size` by default), so that however many slow calls one tenant makes, another tenant's call
-finds an executor free or waits only for its own tenant's calls. A lease is not preempted, so the
-bound must hold before anyone waits: a tenant over it waits for one of its own executors even
-while others are idle. Waiting requests are served first come, first served among those whose
+finds an executor free or waits only for its own tenant's calls. A lease is never taken back, so
+the bound holds whether or not anyone waits yet: a tenant at it waits for one of its own executors
+even while others are idle (a single-tenant deployment sets `per_tenant` to `max_size`). Waiting requests are served first come, first served among those whose
 tenant is under its bound; a waiter whose timeout passes leaves the queue.
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections import Counter
@@ -38,10 +37,12 @@ class ExecutorWaitTimedOut(ExecutorUnavailable):
 
 
 class _Waiter:
-    __slots__ = ("tenant", "ticket")
+    """One lease request waiting for its turn (compared by identity)."""
 
-    def __init__(self, tenant: Hashable | None, ticket: int) -> None:
-        self.tenant, self.ticket = tenant, ticket
+    __slots__ = ("tenant",)
+
+    def __init__(self, tenant: Hashable | None) -> None:
+        self.tenant = tenant
 
 
 class ExecutorPool:
@@ -85,7 +86,6 @@ class ExecutorPool:
         self._held: Counter = Counter()
         self._holder: dict[ExecutorProcess, Hashable] = {}
         self._waiters: list[_Waiter] = []
-        self._tickets = itertools.count()
 
     def __enter__(self) -> ExecutorPool:
         self.start()
@@ -190,7 +190,7 @@ class ExecutorPool:
     def _grant(self, tenant: Hashable | None, deadline: float | None) -> ExecutorProcess | None:
         """Wait for this request's turn; returns an idle executor, or None to start one (counted)."""
         with self._condition:
-            waiter = _Waiter(tenant, next(self._tickets))
+            waiter = _Waiter(tenant)
             self._waiters.append(waiter)
             try:
                 while True:
