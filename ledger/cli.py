@@ -297,11 +297,9 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 def _serve_worker_metrics(port: int, settings: Settings, services):
     """Prometheus metrics of a `ledger worker` process (its attempts, queue and pools) on host:port."""
-    from prometheus_client import start_http_server
+    from .metrics import PoolSampler, serve_metrics
 
-    from .metrics import PoolSampler
-
-    start_http_server(port, addr=settings.host)
+    serve_metrics(settings.host, port, settings.metrics_token)
     print(f"metrics: http://{settings.host}:{port}/metrics", flush=True)
     return PoolSampler(services).start()
 

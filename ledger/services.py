@@ -66,7 +66,8 @@ class Services:
         if self._executor_pool is None:
             with self._executor_pool_lock:
                 if self._executor_pool is None:
-                    pool = ExecutorPool(size=self.settings.executors,
+                    pool = ExecutorPool(size=self.settings.executors, max_size=self.settings.executors_max,
+                                        per_tenant=self.settings.executors_per_tenant,
                                         memory_limit_bytes=self.settings.executor_memory_bytes,
                                         max_payload_bytes=self.settings.max_payload_bytes)
                     pool.start()

@@ -206,8 +206,11 @@ def build_app(services: Services) -> Starlette:
         return JSONResponse({"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503)
 
     async def metrics(request: Request) -> Response:
-        from ..metrics import exposition
+        from ..metrics import UNAUTHORIZED_BODY, UNAUTHORIZED_HEADERS, authorized, exposition
 
+        if not authorized(request.headers.get("authorization"), services.settings.metrics_token):
+            return Response(UNAUTHORIZED_BODY, status_code=401, media_type="text/plain",
+                            headers=UNAUTHORIZED_HEADERS)
         body, media_type = await run_in_threadpool(exposition, services)
         return Response(body, media_type=media_type)
 

@@ -52,7 +52,7 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
         call_sequence=call_sequence, depth=depth, client_id=scope.principal.client_id,
         event={"eventType": event_type, "data": input, "recordType": None, "recordId": None},
         input=input, session_id=session_id, started_at=now(), attempt=attempt, action_name=record["name"],
-        parent_attempt=parent_attempt,
+        action_kind=record["kind"], parent_attempt=parent_attempt,
     )
     tree.pending.append(pending)
     deadline = response_deadline(record, deadline)

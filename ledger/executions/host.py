@@ -64,7 +64,7 @@ class ToolHost:
             parent_execution_id=self.pending.execution_id, root_execution_id=self.pending.root_execution_id,
             call_sequence=sequence, depth=self.pending.depth + 1, client_id=self.scope.principal.client_id,
             event={"eventType": "action.invoked", "data": input, "recordType": None, "recordId": None},
-            input=input, started_at=now(), action_name=name, parent_attempt=self.pending.attempt,
+            input=input, started_at=now(), action_name=name, action_kind=name, parent_attempt=self.pending.attempt,
         )
         self.tree.pending.append(child)
         return child
@@ -133,7 +133,7 @@ class ToolHost:
             parent_execution_id=self.pending.execution_id, root_execution_id=self.pending.root_execution_id,
             call_sequence=sequence, depth=self.pending.depth + 1, client_id=self.scope.principal.client_id,
             event={"eventType": "action.invoked", "data": input, "recordType": None, "recordId": None},
-            input=input, started_at=now(), finished_at=now(), action_name=target["name"],
+            input=input, started_at=now(), finished_at=now(), action_name=target["name"], action_kind=target["kind"],
             error={"code": failed.code, "message": failed.message, "hint": failed.hint},
             parent_attempt=self.pending.attempt,
         )

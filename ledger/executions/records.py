@@ -141,6 +141,7 @@ class PendingExecution:
     finished_at: datetime.datetime | None = None
     output_bytes: int | None = None
     action_name: str | None = None  # for metrics and logs
+    action_kind: str | None = None  # for metrics: the kind is ours to name, unlike the action's name
 
     @property
     def duration_ms(self) -> float | None:

@@ -8,7 +8,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..runtime import ExecutorWaitTimedOut
 from ..scope import Scope
+from .failures import CallFailed
 from .records import PendingExecution
 
 # Where a running call tree is kept in `Scope.request_state`, so that an invokeAction made through
@@ -39,8 +41,23 @@ class CallTree:
     statement_bounds: list[float] = field(default_factory=list)
 
     def executor(self):
+        """The tree's executor, leased by its first program; the calls beneath it share the lease.
+
+        The first program waits for an executor at most until its own deadline (DESIGN 17). When
+        that deadline is the tool's responseTimeout, the call fails (recorded) as a call that ran
+        out of time does; when it is the request's, the whole request is `retryable`.
+        """
         if self.lease is None:
-            self.lease = self.scope.services.executor_pool().lease(timeout=max(0.1, self.scope.time_left()))
+            deadline = self.deadlines[-1] if self.deadlines else self.scope.deadline
+            try:
+                self.lease = self.scope.services.executor_pool().lease(
+                    timeout=max(0.0, deadline - time.monotonic()), tenant=self.scope.tenant_id)
+            except ExecutorWaitTimedOut as exc:
+                if deadline < self.scope.deadline - 0.1:
+                    raise CallFailed("action_response_timeout",
+                                     f"the call's responseTimeout passed while it waited for a sandbox executor: {exc}",
+                                     "retry when fewer calls are running, or raise the tool's responseTimeout") from None
+                raise
         return self.lease
 
     def close(self) -> None:

@@ -167,7 +167,7 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
     call_finished(job.tenant_id, execution_id=job.execution_id, root_execution_id=job.execution_id,
                   action=(record or {}).get("name") or current_call().get("action"), action_version=execution["action_version"],
                   status="FAILED" if error else "SUCCEEDED", error=error, duration_ms=duration_ms,
-                  output_bytes=output_bytes, attempt=attempt, depth=0)
+                  output_bytes=output_bytes, attempt=attempt, depth=0, kind=(record or {}).get("kind"))
     if outcome == "retry":
         release(conn, job, retry_in=backoff_seconds(float(settings.get("backoffSeconds", 1.0)), attempt))
     else:
