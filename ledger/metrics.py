@@ -72,7 +72,7 @@ def multiprocess() -> bool:
 
 
 # Whether calls are labelled with their action's name (a tenant's string): the operator's choice, made
-# once per process when its services open (Services.open).
+# once per process when its services open (wiring.open_services).
 _per_action = False
 KINDS = frozenset({"tool", "graphql", "cel"})
 

@@ -125,12 +125,12 @@ def test_a_request_whose_own_deadline_passes_while_waiting_for_an_executor_is_re
 
 
 def test_the_executors_per_tenant_setting_reaches_the_pool(db_url, tmp_path, monkeypatch):
-    from ledger.app_services import Services
+    from ledger.wiring import open_services
 
     monkeypatch.setenv("LEDGER_EXECUTORS_MAX", "6")
     monkeypatch.setenv("LEDGER_EXECUTORS_PER_TENANT", "5")
     settings = Settings(database_url=db_url, data_dir=tmp_path / "data", pool_min=1, pool_max=2, executors=1)
-    services = Services.open(settings, db_url)
+    services = open_services(settings, db_url)
     try:
         pool = services.executor_pool()
         assert (pool.max_size, pool.per_tenant) == (6, 5)
