@@ -51,7 +51,7 @@ def attach(settings: Settings, *, migrate: bool = True) -> Attached:
         cluster.start()
         ensure_database(cluster.url(), EMBEDDED_DATABASE)
         # Closing stops the server if we started it (once other commands using it are done), and in
-        # any case tells the starter that this command no longer uses it.
+        # any case tells the starter that this command is done with it.
         attached = Attached(cluster.url(EMBEDDED_DATABASE), cluster)
     if migrate:
         applied = apply_migrations(attached.conninfo)
@@ -297,11 +297,9 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 def _serve_worker_metrics(port: int, settings: Settings, services):
     """Prometheus metrics of a `ledger worker` process (its attempts, queue and pools) on host:port."""
-    from prometheus_client import start_http_server
+    from .metrics import PoolSampler, serve_metrics
 
-    from .metrics import PoolSampler
-
-    start_http_server(port, addr=settings.host)
+    serve_metrics(settings.host, port, settings.metrics_token)
     print(f"metrics: http://{settings.host}:{port}/metrics", flush=True)
     return PoolSampler(services).start()
 

@@ -17,6 +17,11 @@ def _env_int(name: str, default: int) -> int:
     return int(raw) if raw else default
 
 
+def _env_int_or_none(name: str) -> int | None:
+    raw = os.environ.get(name)
+    return int(raw) if raw else None
+
+
 @dataclass
 class Settings:
     database_url: str | None = field(default_factory=lambda: os.environ.get("LEDGER_DATABASE_URL") or None)
@@ -38,10 +43,20 @@ class Settings:
     pool_wait: float = field(default_factory=lambda: _env_float("LEDGER_POOL_WAIT", 10.0))
     # Requests that may wait for a connection at once; beyond them a request fails at once (`retryable`).
     pool_queue: int = field(default_factory=lambda: _env_int("LEDGER_POOL_QUEUE", 20))
-    # Sandbox executors.
+    # Sandbox executors: `executors` kept warm, up to `executors_max` (default 4x, at least 8).
     executors: int = field(default_factory=lambda: _env_int("LEDGER_EXECUTORS", 2))
+    executors_max: int | None = field(default_factory=lambda: _env_int_or_none("LEDGER_EXECUTORS_MAX"))
+    # The most executors one tenant's calls hold at once (default half of executors_max), so that one
+    # tenant's slow calls leave executors for the others' (DESIGN 17). Set it to executors_max for a
+    # single-tenant deployment.
+    executors_per_tenant: int | None = field(default_factory=lambda: _env_int_or_none("LEDGER_EXECUTORS_PER_TENANT"))
     executor_memory_bytes: int = field(default_factory=lambda: _env_int("LEDGER_EXECUTOR_MEMORY", 1 << 30))
     max_payload_bytes: int = field(default_factory=lambda: _env_int("LEDGER_MAX_PAYLOAD", 16 << 20))
+
+    # /metrics: per-action series carry tenants' action names, so they are the operator's choice; with a
+    # token set, a scrape must send `Authorization: Bearer <token>`.
+    metrics_per_action: bool = field(default_factory=lambda: os.environ.get("LEDGER_METRICS_PER_ACTION") == "1")
+    metrics_token: str | None = field(default_factory=lambda: os.environ.get("LEDGER_METRICS_TOKEN") or None)
 
     # Queue workers: attempts run at once per worker process.
     worker_concurrency: int = field(default_factory=lambda: _env_int("LEDGER_WORKER_CONCURRENCY", 4))

@@ -1,8 +1,8 @@
 """Prometheus metrics of calls and pools, and the exposition for GET /metrics.
 
 Families (beside those of the HTTP layer and the queue, defined where they are measured):
-- ledger_calls_total{action,status,code}: finished calls (each attempt of an execution, nested ones too);
-- ledger_call_duration_seconds{action}: their latency;
+- ledger_calls_total{kind,action,status,code}: finished calls (each attempt of an execution, nested ones too);
+- ledger_call_duration_seconds{kind,action}: their latency;
 - ledger_call_output_bytes: the size of their results (the output's JSON, or the error's when it failed);
 - ledger_calls_per_tree: calls in one call tree (a top-level call and everything beneath it);
 - ledger_db_pool_*: the database pool (connections open, idle, in use and at most; requests waiting,
@@ -12,10 +12,16 @@ Families (beside those of the HTTP layer and the queue, defined where they are m
 With several server processes (`ledger serve --workers N`), `ledger serve` sets PROMETHEUS_MULTIPROC_DIR
 before they start, and a scrape of any of them sums every live process (prometheus-client's multiprocess
 mode); gauges of a process that exited are dropped.
+
+No label carries a string a tenant chose (DESIGN 17): whoever can scrape must not learn tenants' action,
+tool, server or client names. A call is labelled by its kind (tool, graphql, cel: ours) and its
+`action` label is empty, unless the operator sets LEDGER_METRICS_PER_ACTION=1. With
+LEDGER_METRICS_TOKEN set, a scrape must present it as a bearer token.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import os
@@ -32,9 +38,10 @@ call_log = logging.getLogger("ledger.calls")
 # Set by each scrape (ledger_queue_depth()) and by a worker's claim loop.
 QUEUE_DEPTH = Gauge("ledger_queue_depth", "Started executions waiting for or holding a worker",
                     multiprocess_mode="livemostrecent")
-CALLS = Counter("ledger_calls_total", "Finished calls by action, status and error code (none when it succeeded)",
-                ["action", "status", "code"])
-CALL_SECONDS = Histogram("ledger_call_duration_seconds", "Call latency, by action", ["action"],
+CALLS = Counter("ledger_calls_total",
+                "Finished calls by kind, action (with LEDGER_METRICS_PER_ACTION=1), status and error code",
+                ["kind", "action", "status", "code"])
+CALL_SECONDS = Histogram("ledger_call_duration_seconds", "Call latency, by kind and action", ["kind", "action"],
                          buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
                                   120, 300))
 CALL_OUTPUT_BYTES = Histogram("ledger_call_output_bytes", "Size of a call's result JSON in bytes",
@@ -64,13 +71,40 @@ def multiprocess() -> bool:
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
+# Whether calls are labelled with their action's name (a tenant's string): the operator's choice, made
+# once per process when its services open (wiring.open_services).
+_per_action = False
+KINDS = frozenset({"tool", "graphql", "cel"})
+
+
+def configure(*, per_action: bool) -> None:
+    global _per_action
+    _per_action = per_action
+
+
+def authorized(authorization: str | None, token: str | None) -> bool:
+    """Whether a scrape's Authorization header presents the metrics token (always, without one)."""
+    if not token:
+        return True
+    scheme, _, presented = (authorization or "").partition(" ")
+    # Compared in constant time over bytes: a mismatch's position must not show in the timing.
+    return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode())
+
+
+UNAUTHORIZED_BODY = b"/metrics requires the metrics token: send Authorization: Bearer <LEDGER_METRICS_TOKEN>\n"
+UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Bearer realm="ledger-metrics"'}
+
+
 # ---------------------------------------------------------------------------- calls
 
 
-def observe_call(action: str, status: str, code: str | None, seconds: float | None, output_bytes: int | None) -> None:
-    CALLS.labels(action, status, code or "none").inc()
+def observe_call(kind: str | None, action: str, status: str, code: str | None, seconds: float | None,
+                 output_bytes: int | None) -> None:
+    kind = kind if kind in KINDS else "unknown"
+    action = action if _per_action else ""
+    CALLS.labels(kind, action, status, code or "none").inc()
     if seconds is not None:
-        CALL_SECONDS.labels(action).observe(max(0.0, seconds))
+        CALL_SECONDS.labels(kind, action).observe(max(0.0, seconds))
     if output_bytes is not None and output_bytes >= 0:
         CALL_OUTPUT_BYTES.observe(output_bytes)
 
@@ -89,13 +123,13 @@ def json_size(value: Any) -> int:
 
 def call_finished(tenant_id: Any, *, execution_id: Any, root_execution_id: Any, action: str | None,
                   action_version: int, status: str, error: dict | None, duration_ms: float | None,
-                  output_bytes: int | None, attempt: int, depth: int) -> None:
+                  output_bytes: int | None, attempt: int, depth: int, kind: str | None = None) -> None:
     """One finished call: its metrics and its log line.
 
     A top-level call logs at INFO, a nested one at DEBUG (a tree may hold a thousand calls)."""
     action = action or "unknown"
     code = error.get("code") if error else None
-    observe_call(action, status, code, duration_ms / 1000 if duration_ms is not None else None, output_bytes)
+    observe_call(kind, action, status, code, duration_ms / 1000 if duration_ms is not None else None, output_bytes)
     level = logging.INFO if depth == 0 else logging.DEBUG
     if call_log.isEnabledFor(level):
         call_log.log(level, "call %s %s", action, status.lower(), extra={
@@ -111,7 +145,8 @@ def calls_finished(tenant_id: Any, calls: list) -> None:
         call_finished(tenant_id, execution_id=call.execution_id, root_execution_id=call.root_execution_id,
                       action=call.action_name, action_version=call.action_version, status=call.status,
                       error=call.error, duration_ms=call.duration_ms, output_bytes=call.result_bytes(),
-                      attempt=call.attempt, depth=call.depth)
+                      attempt=call.attempt, depth=call.depth,
+                      kind=call.action_kind)
     if calls and calls[0].parent_execution_id is None:
         observe_tree(len(calls))
 
@@ -134,7 +169,7 @@ def update_pool_metrics(services: Any) -> None:
     POOL_REQUESTS.inc(stats.get("requests_num", 0))
     POOL_WAIT_SECONDS.inc(stats.get("requests_wait_ms", 0) / 1000)
     POOL_ERRORS.inc(stats.get("requests_errors", 0))
-    executors = services.executors
+    executors = services.started_executor_pool()
     if executors is not None:
         try:
             EXECUTORS.labels("live").set(len(executors._live))
@@ -189,6 +224,33 @@ def exposition(services: Any) -> tuple[bytes, str]:
         mp.MultiProcessCollector(registry)
         return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+def serve_metrics(host: str, port: int, token: str | None) -> None:
+    """Serve this process's registry on host:port (a `ledger worker`), behind the metrics token if set."""
+    import socket
+    from http.server import ThreadingHTTPServer
+
+    from prometheus_client.exposition import MetricsHandler
+
+    class Server(ThreadingHTTPServer):
+        address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        daemon_threads = True
+
+    class Handler(MetricsHandler):
+        def do_GET(self) -> None:
+            if not authorized(self.headers.get("Authorization"), token):
+                self.send_response(401)
+                for name, value in {**UNAUTHORIZED_HEADERS, "Content-Type": "text/plain"}.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(UNAUTHORIZED_BODY)))
+                self.end_headers()
+                self.wfile.write(UNAUTHORIZED_BODY)
+                return
+            super().do_GET()
+
+    server = Server((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="ledger-metrics-http", daemon=True).start()
 
 
 def mark_process_dead() -> None:

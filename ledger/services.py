@@ -56,22 +56,29 @@ class Services:
     execution_ids: ChildIds
     graphql: GraphQLRunner
     analyze_program: ProgramAnalyzer | None = None
-    executors: ExecutorPool | None = None  # started lazily, on the first program run
-    _executors_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # The sandbox executor processes (`settings.executors` of them), started on the first program run.
+    _executor_pool: ExecutorPool | None = field(default=None, init=False, repr=False)
+    _executor_pool_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def executor_pool(self) -> ExecutorPool:
+        """The executor pool, started now if it is not yet."""
         # Many request threads may ask at once on a fresh process: start exactly one pool.
-        if self.executors is None:
-            with self._executors_lock:
-                if self.executors is None:
-                    pool = ExecutorPool(size=self.settings.executors,
+        if self._executor_pool is None:
+            with self._executor_pool_lock:
+                if self._executor_pool is None:
+                    pool = ExecutorPool(size=self.settings.executors, max_size=self.settings.executors_max,
+                                        per_tenant=self.settings.executors_per_tenant,
                                         memory_limit_bytes=self.settings.executor_memory_bytes,
                                         max_payload_bytes=self.settings.max_payload_bytes)
                     pool.start()
-                    self.executors = pool
-        return self.executors
+                    self._executor_pool = pool
+        return self._executor_pool
+
+    def started_executor_pool(self) -> ExecutorPool | None:
+        """The executor pool if a program has run in this process, without starting one (for metrics)."""
+        return self._executor_pool
 
     def close(self) -> None:
-        if self.executors is not None:
-            self.executors.close()
+        if self._executor_pool is not None:
+            self._executor_pool.close()
         self.db.close()

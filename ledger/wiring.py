@@ -25,6 +25,7 @@ from .services import Services
 
 
 def open_services(settings: Settings, conninfo: str) -> Services:
+    metrics.configure(per_action=settings.metrics_per_action)
     secret = load_signing_key(conninfo)
     db = Database.open(conninfo, min_size=settings.pool_min, max_size=settings.pool_max,
                        wait_timeout=settings.pool_wait, max_waiting=settings.pool_queue)

@@ -173,11 +173,14 @@ def test_the_migration_assigns_attempts_and_rolled_back_to_rows_recorded_before_
     from ledger.db.migrate import MIGRATIONS_DIR, apply_migrations
 
     name, owner = f"ledger_test_migration_{uuid.uuid4().hex[:8]}", f"ledger_owner_{uuid.uuid4().hex[:8]}"
-    before = tmp_path / "before"
+    before, through_0006 = tmp_path / "before", tmp_path / "through_0006"
     before.mkdir()
+    through_0006.mkdir()
     for path in sorted(MIGRATIONS_DIR.glob("*.sql")):
         if path.name < "0006":
             shutil.copy(path, before / path.name)
+        if path.name < "0007":  # the later ones are not this test's subject
+            shutil.copy(path, through_0006 / path.name)
     with psycopg.connect(pg_admin_url, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         admin.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS").format(sql.Identifier(owner)))
@@ -212,7 +215,7 @@ def test_the_migration_assigns_attempts_and_rolled_back_to_rows_recorded_before_
             for table in ("executions", "invocations", "ledger_schema_migrations"):
                 conn.execute(sql.SQL("ALTER TABLE {} OWNER TO {}").format(sql.Identifier(table), sql.Identifier(owner)))
             conn.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(owner)))
-        apply_migrations(psycopg.conninfo.make_conninfo(url, options=f"-c role={owner}"))
+        apply_migrations(psycopg.conninfo.make_conninfo(url, options=f"-c role={owner}"), through_0006)
         with psycopg.connect(url) as conn:
             found = {r[0]: (r[1], r[2]) for r in conn.execute(
                 "SELECT id, parent_attempt, rolled_back FROM executions WHERE parent_execution_id IS NOT NULL")}

@@ -22,6 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from invoke_helpers import invoke, publish, tool
+from ledger.config import Settings
 from ledger.logs import JsonFormatter
 
 LEAF = 'def run(event):\n    return {"n": event["data"]["n"] * 2}\n'
@@ -78,6 +79,21 @@ def _leaf_and_caller(api) -> tuple[str, str]:
     return publish(api, tool("caller", CALLER, tools=[{"name": "leaf"}])), publish(api, tool("broken", BROKEN))
 
 
+@pytest.fixture
+def metrics_env() -> dict:
+    """Environment variables for the test's Settings (parametrize a test to change them)."""
+    return {}
+
+
+@pytest.fixture
+def settings(db_url, tmp_path, metrics_env, monkeypatch) -> Settings:
+    for name, setting in metrics_env.items():
+        monkeypatch.setenv(name, setting)
+    return Settings(database_url=db_url, data_dir=tmp_path / "data", pool_min=1, pool_max=10)
+
+
+# Series per action carry tenants' action names: only when the operator asks (DESIGN 17).
+@pytest.mark.parametrize("metrics_env", [{"LEDGER_METRICS_PER_ACTION": "1"}])
 def test_a_scrape_has_every_family_after_a_few_calls(api, services):
     from ledger.queue.worker import Worker
 
@@ -115,18 +131,25 @@ def test_a_scrape_has_every_family_after_a_few_calls(api, services):
         return value(after, family, sample, **labels) - value(before, family, sample, **labels)
 
     # Each invoke is a tree: caller, graphql(), cel() and leaf; the broken one is a tree of one.
-    assert delta("ledger_calls", "ledger_calls_total", action="caller", status="SUCCEEDED", code="none") == 3
-    assert delta("ledger_calls", "ledger_calls_total", action="leaf", status="SUCCEEDED", code="none") == 3
-    assert delta("ledger_calls", "ledger_calls_total", action="graphql", status="SUCCEEDED", code="none") == 3
-    assert delta("ledger_calls", "ledger_calls_total", action="cel", status="SUCCEEDED", code="none") == 3
-    assert delta("ledger_calls", "ledger_calls_total", action="broken", status="FAILED", code="action_failure") == 1
+    # Per action (LEDGER_METRICS_PER_ACTION=1): each series also names its kind.
+    assert delta("ledger_calls", "ledger_calls_total", kind="tool", action="caller", status="SUCCEEDED",
+                 code="none") == 3
+    assert delta("ledger_calls", "ledger_calls_total", kind="tool", action="leaf", status="SUCCEEDED",
+                 code="none") == 3
+    assert delta("ledger_calls", "ledger_calls_total", kind="graphql", action="graphql", status="SUCCEEDED",
+                 code="none") == 3
+    assert delta("ledger_calls", "ledger_calls_total", kind="cel", action="cel", status="SUCCEEDED", code="none") == 3
+    assert delta("ledger_calls", "ledger_calls_total", kind="tool", action="broken", status="FAILED",
+                 code="action_failure") == 1
     # The started execution: two attempts, both failed, the first retried.
-    assert delta("ledger_calls", "ledger_calls_total", action="flaky", status="FAILED", code="action_failure") == 2
+    assert delta("ledger_calls", "ledger_calls_total", kind="tool", action="flaky", status="FAILED",
+                 code="action_failure") == 2
     assert delta("ledger_queue_retries", "ledger_queue_retries_total") == 1
     assert delta("ledger_queue_attempts", "ledger_queue_attempts_total", outcome="retry") == 1
     assert delta("ledger_queue_claim_latency_seconds", "ledger_queue_claim_latency_seconds_count") == 2
 
-    assert delta("ledger_call_duration_seconds", "ledger_call_duration_seconds_count", action="caller") == 3
+    assert delta("ledger_call_duration_seconds", "ledger_call_duration_seconds_count", kind="tool",
+                 action="caller") == 3
     assert delta("ledger_call_output_bytes", "ledger_call_output_bytes_count") >= 12 + 1 + 2
     # Trees: three of four calls, one of one (the invokes), two of one (the attempts).
     assert delta("ledger_calls_per_tree", "ledger_calls_per_tree_count") == 6
@@ -364,8 +387,10 @@ def test_a_worker_process_serves_its_own_metrics(api, db_url):
         startAction(id: $id, input: $input) { executionId } } }""",
             {"id": action_id, "input": {"executionId": execution_id, "input": {"n": 4}}})
     port = free_port()
+    # Per action, so that the attempt's series can be told from others (DESIGN 17: the operator's choice).
     worker = subprocess.Popen([*_ledger(), "worker", "--database-url", db_url, "--metrics-port", str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(), text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env={**_env(), "LEDGER_METRICS_PER_ACTION": "1"}, text=True)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -374,8 +399,8 @@ def test_a_worker_process_serves_its_own_metrics(api, db_url):
                 samples = _samples(f"http://127.0.0.1:{port}")
             except httpx.HTTPError:
                 samples = {}
-            if samples.get(("ledger_calls_total", frozenset({("action", "leaf"), ("status", "SUCCEEDED"),
-                                                              ("code", "none")}))) == 1:
+            if samples.get(("ledger_calls_total", frozenset({("kind", "tool"), ("action", "leaf"),
+                                                              ("status", "SUCCEEDED"), ("code", "none")}))) == 1:
                 break
             assert time.monotonic() < deadline, samples
             time.sleep(0.2)

@@ -376,3 +376,109 @@ def test_a_stuck_nested_run_is_killed_and_every_frame_fails(big_pool):
         again = lease.run(program("def run(event):\n    return 'fresh'\n"), {}, FakeHost(lease), soon())
         assert again.output == "fresh"
         assert lease.executor_pid not in (None, pid)
+
+
+# ---------------------------------------------------------------------------- fairness between tenants
+
+
+@pytest.fixture
+def shared_pool():
+    """Three executors at most, two of them per tenant."""
+    with ExecutorPool(1, memory_limit_bytes=SMALL_MEMORY, max_size=3, per_tenant=2) as shared_pool:
+        yield shared_pool
+
+
+def _wait_for(condition, seconds: float = 5.0) -> None:
+    give_up = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < give_up
+        time.sleep(0.01)
+
+
+def test_the_default_share_is_half_the_maximum_and_never_above_it():
+    assert ExecutorPool(0, max_size=8).per_tenant == 4
+    assert ExecutorPool(0, max_size=1).per_tenant == 1
+    assert ExecutorPool(0, max_size=3).per_tenant == 1
+    assert ExecutorPool(0, max_size=4, per_tenant=9).per_tenant == 4
+    with pytest.raises(ValueError):
+        ExecutorPool(0, max_size=4, per_tenant=0)
+
+
+def test_a_tenant_at_its_share_waits_while_another_tenant_gets_an_executor_at_once(shared_pool):
+    from ledger.runtime import ExecutorWaitTimedOut
+
+    first, second = shared_pool.lease(timeout=5, tenant="a"), shared_pool.lease(timeout=5, tenant="a")
+    try:
+        assert shared_pool.held_by("a") == 2
+        # One executor is still free, but not for tenant a: a third would leave none for anyone else.
+        with pytest.raises(ExecutorWaitTimedOut) as refused:
+            shared_pool.lease(timeout=0.1, tenant="a")
+        assert "as many as one tenant may hold" in str(refused.value)
+        assert shared_pool.waiting() == 0  # the request that timed out left the queue
+        started = time.monotonic()
+        with shared_pool.lease(timeout=5, tenant="b") as other:
+            assert time.monotonic() - started < 2
+            assert other.executor_pid is not None
+            assert shared_pool.held_by("b") == 1
+    finally:
+        first.release()
+        second.release()
+    assert shared_pool.held_by("a") == shared_pool.held_by("b") == 0
+
+
+def test_waiters_under_their_share_are_served_first_in_arrival_order(shared_pool):
+    held = {"a1": shared_pool.lease(timeout=5, tenant="a"), "a2": shared_pool.lease(timeout=5, tenant="a"),
+            "b1": shared_pool.lease(timeout=5, tenant="b")}
+    served: list[str] = []
+    done = threading.Event()
+
+    def wait(name: str, tenant: str) -> None:
+        with shared_pool.lease(timeout=10, tenant=tenant):
+            served.append(name)
+            done.wait(10)
+
+    threads = []
+    for name, tenant in (("a3", "a"), ("b2", "b"), ("c1", "c")):  # in this order
+        threads.append(threading.Thread(target=wait, args=(name, tenant)))
+        threads[-1].start()
+        _wait_for(lambda: shared_pool.waiting() == len(threads))
+    try:
+        # The pool is full. An executor comes free: a3 came first, but tenant a holds its share.
+        held.pop("b1").release()
+        _wait_for(lambda: len(served) == 1)
+        assert served == ["b2"]
+        # Tenant a drops under its share: its waiter came before c1's.
+        held.pop("a1").release()
+        _wait_for(lambda: len(served) == 2)
+        assert served == ["b2", "a3"]
+        held.pop("a2").release()
+        _wait_for(lambda: len(served) == 3)
+        assert served == ["b2", "a3", "c1"]
+    finally:
+        done.set()
+        for lease in held.values():
+            lease.release()
+        for thread in threads:
+            thread.join(10)
+    assert shared_pool.waiting() == 0
+    assert [shared_pool.held_by(tenant) for tenant in "abc"] == [0, 0, 0]
+
+
+def test_work_without_a_tenant_is_not_bounded_by_a_share(shared_pool):
+    leases = [shared_pool.lease(timeout=5) for _ in range(3)]
+    try:
+        assert all(lease.executor_pid is not None for lease in leases)
+    finally:
+        for lease in leases:
+            lease.release()
+
+
+def test_a_lost_executor_is_replaced_for_the_same_tenant(shared_pool):
+    with shared_pool.lease(timeout=5, tenant="a") as lease:
+        crash = program("def run(event):\n    return len('ab' * 300000000)\n")  # over the memory bound: the executor dies
+        outcome = lease.run(crash, {}, FakeHost(lease), soon(0.2))
+        assert outcome.error_code == "action_resource_exhausted"
+        assert lease.executor_pid is None and shared_pool.held_by("a") == 0
+        again = lease.run(program("def run(event):\n    return 'fresh'\n"), {}, FakeHost(lease), soon())
+        assert again.output == "fresh" and shared_pool.held_by("a") == 1
+    assert shared_pool.held_by("a") == 0

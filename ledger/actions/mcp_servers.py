@@ -21,6 +21,7 @@ from psycopg.types.json import Jsonb
 from ..db.paging import page_visible
 from ..errors import LedgerError, NotFound
 from ..policy.chain import Layer
+from ..policy.layers import layer_from_stored
 from ..policy.statements import parse_policies
 from ..scope import Scope
 from ..values import same_json
@@ -74,19 +75,8 @@ class McpServer:
 
 
 def server_layer(server: McpServer) -> Layer:
-    """The server's layer of the chain, failing closed like a tool's stored policies.
-
-    Policies are checked when written, but a stored one can stop parsing (an edited row, a CEL
-    environment that changed); dropping only the broken statements could drop a DENY and widen what
-    calls through the server may do, so such a server is allowed nothing and every hint says why.
-    """
-    name = f'MCP server "{server.name}"'
-    statements, problems = parse_policies(server.policies)
-    if problems:
-        log.error("MCP server %s has stored policies that do not parse: %s", server.id, problems)
-        return Layer(f"{name} (its stored policies are invalid, so it is allowed nothing; fix them with "
-                     f"updateMcpServer: {problems[0]['path']}: {problems[0]['message']})", ())
-    return Layer(name, statements)
+    """The server's layer of the chain: every call through it passes it, after the caller's client."""
+    return layer_from_stored(f'MCP server "{server.name}"', server.policies, remedy="fix them with updateMcpServer")
 
 
 # ---------------------------------------------------------------------------- validation

@@ -282,7 +282,7 @@ def _validated(scope: Scope, action_id: uuid.UUID, doc: dict, current_name: str 
         return (row["definition"].get("tools") or []) if row else []
 
     def compile_program(source: str, tool_names: tuple) -> list[dict]:
-        return scope.services.executor_pool().compile(source, tool_names)
+        return scope.services.executor_pool().compile(source, tool_names, tenant=scope.tenant_id)
 
     return validate_definition(action_id, doc, lookup=lookup, walk=walk, compile_program=compile_program,
                                analyze_program=scope.services.analyze_program, current_name=current_name)

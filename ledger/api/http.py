@@ -21,6 +21,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..auth.clients import client_layer, load_principal, principal_query
+from ..db.retry import retry_lost_races
 from ..errors import LedgerError, Retryable, Unauthenticated
 from ..policy.chain import Chain
 from ..scope import Scope
@@ -30,7 +31,6 @@ from .documents import error_payload, first_retryable, format_error, is_document
 from .graphiql import asset_response, graphiql_page
 from .json_codec import dump_json, load_json
 from .mcp import McpEndpoint
-from .retries import with_retries
 from .schema import schema
 
 log = logging.getLogger("ledger.http")
@@ -145,8 +145,9 @@ class GraphQLEndpoint:
     def execute(self, claims, query: str, variables: dict | None, operation_name: str | None,
                 deadline: float, dry_run: bool) -> tuple[dict, int]:
         try:
-            payload, status = with_retries(self.services.settings, deadline, lambda: self._execute_once(
-                claims, query, variables, operation_name, deadline, dry_run))
+            payload, status = retry_lost_races(
+                lambda: self._execute_once(claims, query, variables, operation_name, deadline, dry_run),
+                retries=self.services.settings.race_retries, deadline=deadline)
         except Retryable as exc:
             REQUESTS.labels("retryable").inc()
             return {"data": None, "errors": [error_payload(exc.message, exc.code, exc.hint, retryable=True)]}, 200
@@ -205,8 +206,11 @@ def build_app(services: Services) -> Starlette:
         return JSONResponse({"status": "ok" if ok else "unavailable"}, status_code=200 if ok else 503)
 
     async def metrics(request: Request) -> Response:
-        from ..metrics import exposition
+        from ..metrics import UNAUTHORIZED_BODY, UNAUTHORIZED_HEADERS, authorized, exposition
 
+        if not authorized(request.headers.get("authorization"), services.settings.metrics_token):
+            return Response(UNAUTHORIZED_BODY, status_code=401, media_type="text/plain",
+                            headers=UNAUTHORIZED_HEADERS)
         body, media_type = await run_in_threadpool(exposition, services)
         return Response(body, media_type=media_type)
 

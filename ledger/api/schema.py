@@ -475,7 +475,7 @@ _SPECIFIED_RULES = tuple(specified_rules)  # the rules strawberry validates with
 
 
 def _document_cache_extension() -> type:
-    """One extension for what four did (MaxTokensLimiter, the depth and alias limits, ParserCache and
+    """One extension doing the work of four (MaxTokensLimiter, the depth and alias limits, ParserCache and
     ValidationCache): strawberry makes every extension anew and enters its hooks on every execution, so
     one costs less than four. Used when an execution takes strawberry's own path (see _Schema)."""
     from strawberry.extensions import SchemaExtension
@@ -508,7 +508,7 @@ class _Schema(strawberry.Schema):
         extension instances and their hooks, a middleware manager) was about half of the cost of executing
         a small document, paid by every request and every graphql() call of a program. Anything else
         (an empty or broken document, a subscription, a missing operation, options) takes strawberry's
-        own path, which reports it as before."""
+        own path, which reports those cases itself."""
         from graphql import GraphQLError, OperationType, execute, get_operation_ast
 
         if query and allowed_operation_types is None and operation_extensions is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import uuid
 from typing import Any
 
@@ -11,11 +10,10 @@ from psycopg.rows import dict_row
 
 from ..errors import InvalidInput, LedgerError, NotFound, Unauthenticated
 from ..policy.chain import Layer
+from ..policy.layers import layer_from_stored
 from ..policy.statements import parse_policies
 from ..scope import Scope
 from ..policy.principal import Principal
-
-log = logging.getLogger("ledger.clients")
 
 CLIENT = "financial.Client.document"
 ADMIN_POLICIES: list[dict[str, Any]] = [
@@ -42,20 +40,9 @@ def checked_policies(raw: list[dict]) -> list[dict]:
 
 
 def client_layer(principal: Principal, policies: list[dict]) -> Layer:
-    """The client's layer of the chain, failing closed.
-
-    Policies are checked when written, but stored ones can stop compiling (an edited row, a CEL
-    environment that changed). Dropping only the broken statements could drop a DENY and widen what
-    the client may do; so a client whose stored policies have any problem is allowed nothing, and the
-    layer's name says why in every permission hint.
-    """
-    name = f'client "{principal.client_name}" ({principal.client_id})'
-    statements, problems = parse_policies(policies)
-    if problems:
-        log.error("client %s has stored policies that do not parse: %s", principal.client_id, problems)
-        return Layer(f"{name} (its stored policies are invalid, so it is allowed nothing; "
-                     f"fix them with updateClient: {problems[0]['path']}: {problems[0]['message']})", ())
-    return Layer(name, statements)
+    """The client's layer of the chain, failing closed (allowed nothing) when its stored policies do not parse."""
+    return layer_from_stored(f'client "{principal.client_name}" ({principal.client_id})', policies,
+                             remedy="fix them with updateClient")
 
 
 _PRINCIPAL = "SELECT name, enabled, policies FROM clients WHERE tenant_id = %s AND id = %s"
@@ -127,14 +114,6 @@ def disable_client(scope: Scope, client_id: uuid.UUID) -> dict:
         f" RETURNING {_COLUMNS}",
         (scope.tenant_id, client_id),
     )
-
-
-def get_client(scope: Scope, client_id: uuid.UUID) -> dict | None:
-    row = scope.one(f"SELECT {_COLUMNS} FROM clients WHERE tenant_id = %s AND id = %s",
-                    (scope.tenant_id, client_id))
-    if row is not None:
-        scope.require("SELECT", CLIENT, row)
-    return row
 
 
 def issue_token(scope: Scope, client_id: uuid.UUID, ttl_seconds: int | None, *,

@@ -1,96 +1,44 @@
 """Running a call tree: one top-level call, its nested tool calls and native calls, inside the caller's
 transaction. Each call is a savepoint; each call is an execution row (buffered, written once at the end).
 
-The Starlark program runs in a sandbox executor leased for the whole tree; its host calls (`graphql()`,
-`cel()`, `tools.x()`) come back here on the request's thread, where the transaction and the chain live.
+The Starlark program runs in a sandbox executor leased for the whole tree; its host calls come back to
+`ToolHost` (executions/host.py) on the request's thread, where the transaction and the chain live.
+The tree's shared state is `CallTree` (executions/tree.py); what a call may do before it runs is
+executions/admission.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime
-import keyword
-import re
-import time
 import uuid
-from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from psycopg.pq import TransactionStatus
-
 from ..actions import natives
-from ..actions.registry import load_action
 from ..actions.schemas import first_error
-from ..errors import LedgerError, Retryable
 from ..logs import bind_call, unbind_call
 from ..policy.cel import CelError, evaluate_expression
 from ..policy.chain import Layer
-from ..policy.statements import parse_policies
+from ..policy.layers import layer_from_stored
 from ..runtime import CallFailure, Program, RunOutcome
 from ..scope import Scope, ToolFrame
-from .records import PendingExecution
 from ..values import value_problem
+from .failures import CallFailed, graphql_failure
+from .host import ToolHost, execute_graphql
+from .records import PendingExecution
+from .references import program_tool_names, resolve_tools
+from .statement_timeout import statements_bounded_by
+from .tree import TREE_KEY, CallTree, now, response_deadline
 
-MAX_TOOL_DEPTH = 8
-# Where a running call tree is kept in `Scope.request_state`, so that an invokeAction made through
-# graphql() joins it (re-entry, depth, count, deadline, records) instead of starting a tree of its own.
-TREE_KEY = "call_tree"
-MAX_CALLS_BENEATH = 1024
-DEFAULT_RESPONSE_TIMEOUT = 30.0
-
-
-class CallLimitExceeded(LedgerError):
-    code = "action_call_limit_exceeded"
+# CallTree and TREE_KEY stay importable from here: whoever drives a tree runs it with run_call.
+__all__ = ["CallBody", "CallTree", "TREE_KEY", "run_call", "tool_layer"]
 
 
-class _Failed(Exception):
-    """Leaves a call's savepoint so that its writes roll back."""
-
-    def __init__(self, code: str, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.hint = code, message, hint
+def tool_layer(record: dict) -> Layer:
+    if record["native"]:
+        return natives.NATIVE_TOOLS[record["name"]]["layer"]
+    return layer_from_stored(f'tool "{record["name"]}" v{record["version"]}', record.get("policies") or [])
 
 
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
-@dataclass
-class CallTree:
-    """State shared by every call beneath one top-level call."""
-
-    scope: Scope
-    pending: list[PendingExecution] = field(default_factory=list)
-    calls_beneath: int = 0
-    stack: list[tuple[uuid.UUID, int]] = field(default_factory=list)
-    # The deadline of every call running now, innermost last: a nested invokeAction through graphql()
-    # is bounded by its caller's responseTimeout like any other child.
-    deadlines: list[float] = field(default_factory=list)
-    lease: Any = None
-    # The session of the top-level call ({id, input}), for fixed input's `session`; None without one.
-    session: dict | None = None
-    # Deadlines of the enclosing tools that narrowed statement_timeout, innermost last.
-    statement_bounds: list[float] = field(default_factory=list)
-    # Levels of the tree's records that are no tool level: an MCP server's native (`program`, `invoke`)
-    # at its root is on the record, and the tools it calls still have every tool level beneath them.
-    native_levels: int = 0
-
-    def executor(self):
-        if self.lease is None:
-            self.lease = self.scope.services.executor_pool().lease(timeout=max(0.1, self.scope.time_left()))
-        return self.lease
-
-    def close(self) -> None:
-        if self.lease is not None:
-            self.lease.release()
-            self.lease = None
-
-    def count_call(self) -> None:
-        self.calls_beneath += 1
-        if self.calls_beneath > MAX_CALLS_BENEATH:
-            raise CallFailure("action_call_limit_exceeded",
-                              f"more than {MAX_CALLS_BENEATH} calls beneath one call",
-                              "batch the work into fewer calls, or split it across several top-level calls")
+# ---------------------------------------------------------------------------- one call
 
 
 class CallBody(Protocol):
@@ -99,36 +47,11 @@ class CallBody(Protocol):
     def __call__(self, scope: Scope, tree: CallTree, pending: PendingExecution, deadline: float) -> Any: ...
 
 
-def tool_layer(record: dict) -> Layer:
-    if record["native"]:
-        return natives.NATIVE_TOOLS[record["name"]]["layer"]
-    name = f'tool "{record["name"]}" v{record["version"]}'
-    statements, problems = parse_policies(record.get("policies") or [])
-    if problems:
-        # Checked when written; a stored version that no longer parses fails closed (a dropped DENY
-        # would widen what the tool may do).
-        return Layer(f"{name} (its stored policies are invalid, so it is allowed nothing: "
-                     f"{problems[0]['path']}: {problems[0]['message']})", ())
-    return Layer(name, statements)
-
-
-def response_timeout_seconds(record: dict) -> float:
-    timeout_ms = (record.get("tool") or {}).get("responseTimeout")
-    return timeout_ms / 1000 if timeout_ms else DEFAULT_RESPONSE_TIMEOUT
-
-
-def response_deadline(record: dict, outer: float) -> float:
-    return min(outer, time.monotonic() + response_timeout_seconds(record))
-
-
-# ---------------------------------------------------------------------------- one call
-
-
 def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, execution_id: uuid.UUID,
              parent_execution_id: uuid.UUID | None, root_execution_id: uuid.UUID, call_sequence: int | None,
              depth: int, deadline: float, session_id: uuid.UUID | None = None,
              event_type: str = "action.invoked", attempt: int = 1,
-             parent_attempt: int | None = None, body: "CallBody | None" = None) -> PendingExecution:
+             parent_attempt: int | None = None, body: CallBody | None = None) -> PendingExecution:
     """One call in its savepoint. `body`: what the call does instead of a program or a native of its
     own, for the natives that act for an MCP server's caller (their behaviour lives above this layer);
     it raises CallFailure to fail the call."""
@@ -137,8 +60,8 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
         status="RUNNING", parent_execution_id=parent_execution_id, root_execution_id=root_execution_id,
         call_sequence=call_sequence, depth=depth, client_id=scope.principal.client_id,
         event={"eventType": event_type, "data": input, "recordType": None, "recordId": None},
-        input=input, session_id=session_id, started_at=_now(), attempt=attempt, action_name=record["name"],
-        parent_attempt=parent_attempt,
+        input=input, session_id=session_id, started_at=now(), attempt=attempt, action_name=record["name"],
+        action_kind=record["kind"], parent_attempt=parent_attempt,
     )
     tree.pending.append(pending)
     deadline = response_deadline(record, deadline)
@@ -156,7 +79,7 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
                 try:
                     output = body(scope, tree, pending, deadline)
                 except CallFailure as failure:
-                    raise _Failed(failure.code, failure.message, failure.hint) from None
+                    raise CallFailed(failure.code, failure.message, failure.hint) from None
             elif record["kind"] == "tool":
                 output = _run_program(scope, tree, record, input, pending, deadline)
             else:
@@ -164,7 +87,7 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
             _check_output(record, output)
             pending.output = output
             pending.status = "SUCCEEDED"
-    except _Failed as failed:
+    except CallFailed as failed:
         pending.status = "FAILED"
         pending.error = {"code": failed.code, "message": failed.message, "hint": failed.hint}
     finally:
@@ -172,71 +95,34 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
         unbind_call(log_context)
         if registered:
             scope.request_state.pop(TREE_KEY, None)
-    pending.finished_at = _now()
+    pending.finished_at = now()
     return pending
 
 
 def _check_input(record: dict, input: Any) -> None:
     problem = value_problem(input)
     if problem:
-        raise _Failed("action_input_invalid", f"the input at {problem[0]}: {problem[1]}",
-                      f"fix the input at {problem[0]}")
+        raise CallFailed("action_input_invalid", f"the input at {problem[0]}: {problem[1]}",
+                         f"fix the input at {problem[0]}")
     schema = (record.get("tool") or {}).get("inputSchema")
     if schema is not None:
         error = first_error(schema, input)
         if error:
-            raise _Failed("action_input_invalid", f"the input does not match the tool's inputSchema: {error[1]}",
-                          f"fix the input at {error[0]}")
+            raise CallFailed("action_input_invalid", f"the input does not match the tool's inputSchema: {error[1]}",
+                             f"fix the input at {error[0]}")
 
 
 def _check_output(record: dict, output: Any) -> None:
     problem = value_problem(output)
     if problem:
-        raise _Failed("action_output_invalid", f"the output at {problem[0]}: {problem[1]}",
-                      "return JSON values only, nested at most 32 levels")
+        raise CallFailed("action_output_invalid", f"the output at {problem[0]}: {problem[1]}",
+                         "return JSON values only, nested at most 32 levels")
     schema = (record.get("tool") or {}).get("outputSchema")
     if schema is not None:
         error = first_error(schema, output)
         if error:
-            raise _Failed("action_output_invalid", f"the output does not match the tool's outputSchema: {error[1]}",
-                          f"the program returned a wrong value at {error[0]}")
-
-
-def resolve_tools(scope: Scope, record: dict) -> tuple[dict[str, dict], list[dict]]:
-    """The version each reference resolves to for this execution, by tool name."""
-    by_name: dict[str, dict] = {}
-    resolved: list[dict] = []
-    origin: dict[str, str] = {}
-    for ref in record.get("tools") or []:
-        target = load_action(scope, uuid.UUID(str(ref["actionId"])), ref.get("actionVersion"))
-        if target is None:
-            raise _Failed("action_failure", f"the reference to {ref['name']!r} no longer resolves",
-                          "pin an existing version, or write the tool again")
-        tool_name = (target.get("tool") or {}).get("name") or target["name"]
-        if tool_name in by_name:
-            raise _Failed("action_failure",
-                          f"references {origin[tool_name]!r} and {ref['name']!r} both resolve to tool name "
-                          f"{tool_name!r}",
-                          "pin one of them to a version with another tool name, or rename one tool")
-        origin[tool_name] = ref["name"]
-        by_name[tool_name] = {**target, "reference": ref}
-        resolved.append({"name": tool_name, "actionId": str(target["action_id"]), "actionVersion": target["version"]})
-    return by_name, resolved
-
-
-_TOOL_USE = re.compile(r"\btools\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
-_STARLARK_ONLY_KEYWORDS = frozenset({"load"})
-
-
-def program_tool_names(source: str, resolved: dict[str, dict]) -> tuple[str, ...]:
-    """The names `tools.<name>` offers the program: the resolved tools, and every other name the source uses.
-
-    An unresolved name reaches the host, which refuses it with `tool_not_declared` (e.g. a reference
-    whose latest version renamed its tool), instead of a Starlark attribute error.
-    """
-    used = {name for name in _TOOL_USE.findall(source)
-            if not keyword.iskeyword(name) and name not in _STARLARK_ONLY_KEYWORDS}
-    return tuple(sorted(used | set(resolved)))
+            raise CallFailed("action_output_invalid", f"the output does not match the tool's outputSchema: {error[1]}",
+                             f"the program returned a wrong value at {error[0]}")
 
 
 def _run_program(scope: Scope, tree: CallTree, record: dict, input: Any, pending: PendingExecution,
@@ -244,42 +130,21 @@ def _run_program(scope: Scope, tree: CallTree, record: dict, input: Any, pending
     tools, pending.tools = resolve_tools(scope, record)
     frame = ToolFrame(record["action_id"], record["version"], record["name"], pending.execution_id)
     tool_scope = scope.within_tool(frame, scope.chain.extended(tool_layer(record)))
-    host = ToolHost(tool_scope, tree, pending, tools, deadline)
+    host = ToolHost(tool_scope, tree, pending, tools, deadline, run_call)
     program = Program(key=(str(scope.tenant_id), str(record["action_id"]), record["version"]),
                       source=record["config"]["src"],
                       tool_names=program_tool_names(record["config"]["src"], tools))
     tree.stack.append((record["action_id"], record["version"]))
-    # The program's database statements stop at its own deadline when that comes first (one set_config,
-    # only for a tool whose responseTimeout ends before the enclosing bound).
-    enclosing = tree.statement_bounds[-1] if tree.statement_bounds else scope.deadline
-    narrowed = deadline < enclosing - 0.05
-    if narrowed:
-        tree.statement_bounds.append(deadline)
-        _set_statement_timeout(scope, deadline)
     try:
-        outcome: RunOutcome = tree.executor().run(program, pending.event, host, deadline)
+        with statements_bounded_by(scope, tree, deadline):
+            outcome: RunOutcome = tree.executor().run(program, pending.event, host, deadline)
     finally:
         tree.stack.pop()
-        if narrowed:
-            tree.statement_bounds.pop()
-            # After a failed statement (a graphql() with check=True runs without a savepoint of its own)
-            # the call's savepoint rolls back, which restores the enclosing statement_timeout anyway.
-            if not _in_failed_transaction(scope):
-                _set_statement_timeout(scope, enclosing)
     pending.logs = outcome.logs
     if not outcome.ok:
-        raise _Failed(outcome.error_code or "action_failure", outcome.error_message or "the program failed",
-                      outcome.error_hint)
+        raise CallFailed(outcome.error_code or "action_failure", outcome.error_message or "the program failed",
+                         outcome.error_hint)
     return outcome.output
-
-
-def _in_failed_transaction(scope: Scope) -> bool:
-    return scope.conn.info.transaction_status == TransactionStatus.INERROR
-
-
-def _set_statement_timeout(scope: Scope, deadline: float) -> None:
-    remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
-    scope.conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(remaining_ms),))
 
 
 def _run_native(scope: Scope, tree: CallTree, record: dict, input: Any, pending: PendingExecution) -> Any:
@@ -293,201 +158,9 @@ def _run_native(scope: Scope, tree: CallTree, record: dict, input: Any, pending:
                                        input.get("operationName"))
         if errors:
             code, message, hint = graphql_failure(errors)
-            raise _Failed(code, message, hint)
+            raise CallFailed(code, message, hint)
         return {"data": data, "errors": None}
     try:
         return {"value": evaluate_expression(input["expression"], input.get("vars") or {})}
     except CelError as exc:
-        raise _Failed("cel_error", exc.message, exc.hint) from exc
-
-
-# ---------------------------------------------------------------------------- host calls
-
-
-def execute_graphql(scope: Scope, document: str, variables: dict | None, operation_name: str | None):
-    """Run a document on the request's transaction under `scope`: (data, errors in the response format).
-    A transient failure is raised, never returned (the services' GraphQL runner says how)."""
-    return scope.services.graphql(scope, document, variables, operation_name)
-
-
-# Codes a failed graphql() keeps with check=True: denials, the domain's business rules and call limits.
-# Anything else (a document error, a missing record, an uncallable action, ...) is `graphql_error`.
-_KEPT_CODES = frozenset({"action_permission_denied", "action_call_limit_exceeded",
-                         "insufficient_funds", "currency_mismatch", "invalid_amount", "already_exists"})
-
-
-def graphql_failure(errors: list[dict]) -> tuple[str, str, str | None]:
-    first = errors[0]
-    ext = first.get("extensions") or {}
-    code = ext.get("code") or "graphql_error"
-    if code == "permission_denied":
-        code = "action_permission_denied"
-    elif code not in _KEPT_CODES:
-        code = "graphql_error"
-    return code, first.get("message", "the document failed"), ext.get("hint")
-
-
-def merge_fixed_input(supplied: Any, fixed: Any, session: dict | None, event: dict) -> Any:
-    """The reference's fixed values replace what the program supplied; `{"$cel": expr}` values are
-    evaluated once per call over `session` and `event`."""
-    if not fixed:
-        return supplied
-    if not isinstance(fixed, dict):
-        return fixed
-    resolved: dict = {}
-    for key, value in fixed.items():
-        if isinstance(value, dict) and set(value) == {"$cel"}:
-            try:
-                resolved[key] = evaluate_expression(value["$cel"], {"session": session, "event": event})
-            except CelError as exc:
-                raise _Failed("action_input_invalid", f"the fixed input {key!r} could not be evaluated: {exc.message}",
-                              "fix the $cel expression of the reference's fixed input") from exc
-        else:
-            resolved[key] = value
-    base = supplied if isinstance(supplied, dict) else {}
-    return {**base, **resolved}
-
-
-class ToolHost:
-    """The server side of one running program's host calls."""
-
-    def __init__(self, scope: Scope, tree: CallTree, pending: PendingExecution, tools: dict[str, dict],
-                 deadline: float) -> None:
-        self.scope = scope
-        self.tree = tree
-        self.pending = pending
-        self.tools = tools
-        self.deadline = deadline
-        self.sequence = 0
-
-    def _next_child(self) -> tuple[int, uuid.UUID]:
-        self.tree.count_call()
-        self.sequence += 1
-        # Deterministic (the same program and input make the same calls with the same ids), and keyed:
-        # no client can compute a child's id and take it first.
-        return self.sequence, self.scope.services.execution_ids.child(self.pending.execution_id,
-                                                                      self.pending.attempt, self.sequence)
-
-    def _native_child(self, name: str, input: Any, sequence: int, child_id: uuid.UUID) -> PendingExecution:
-        child = PendingExecution(
-            execution_id=child_id, action_id=natives.NATIVE_TOOLS[name]["id"], action_version=1, status="RUNNING",
-            parent_execution_id=self.pending.execution_id, root_execution_id=self.pending.root_execution_id,
-            call_sequence=sequence, depth=self.pending.depth + 1, client_id=self.scope.principal.client_id,
-            event={"eventType": "action.invoked", "data": input, "recordType": None, "recordId": None},
-            input=input, started_at=_now(), action_name=name, parent_attempt=self.pending.attempt,
-        )
-        self.tree.pending.append(child)
-        return child
-
-    def graphql(self, document: str, variables: dict | None, operation_name: str | None, check: bool) -> Any:
-        sequence, child_id = self._next_child()
-        input = {"document": document, "variables": variables, "operationName": operation_name}
-        child = self._native_child("graphql", input, sequence, child_id)
-        # A native child adds no tool frame: writes made through it stay attributed to the calling tool.
-        graphql_scope = replace(self.scope, chain=self.scope.chain.extended(natives.NATIVE_TOOLS["graphql"]["layer"]))
-        errors = None
-        # With check=True a failure fails the calling tool (a program cannot catch it), whose own savepoint
-        # then rolls back everything this call did: a savepoint of its own (two round trips) is needed
-        # only when the program goes on after a failure (check=False).
-        savepoint = self.scope.savepoint() if not check else contextlib.nullcontext()
-        try:
-            try:
-                with savepoint:
-                    data, errors = execute_graphql(graphql_scope, document, variables, operation_name)
-                    if errors:
-                        raise _Failed(*graphql_failure(errors))
-            except Retryable:
-                if time.monotonic() < self.deadline - 0.1:
-                    raise  # a lost race or the request's own deadline: the whole request retries
-                # The statement ran into this tool's responseTimeout (statement_timeout), not the request's.
-                raise _Failed("action_response_timeout", "the tool's database work ran past its responseTimeout",
-                              "make the tool do less per call, or raise its responseTimeout") from None
-        except _Failed as failed:
-            child.status = "FAILED"
-            child.error = {"code": failed.code, "message": failed.message, "hint": failed.hint}
-            child.output = {"data": None, "errors": errors}
-            child.finished_at = _now()
-            if check:
-                raise CallFailure(failed.code, failed.message, failed.hint) from None
-            return {"data": None, "errors": errors}
-        child.status = "SUCCEEDED"
-        child.output = {"data": data, "errors": None}
-        child.finished_at = _now()
-        return data if check else {"data": data, "errors": None}
-
-    def cel(self, expression: str, variables: dict | None, check: bool) -> Any:
-        sequence, child_id = self._next_child()
-        child = self._native_child("cel", {"expression": expression, "vars": variables}, sequence, child_id)
-        try:
-            value = evaluate_expression(expression, variables or {})
-        except CelError as exc:
-            child.finished_at = _now()
-            child.status = "FAILED"
-            child.error = {"code": "cel_error", "message": exc.message, "hint": exc.hint}
-            if check:
-                raise CallFailure("cel_error", exc.message, exc.hint) from None
-            return {"status": "FAILED", "error": child.error, "executionId": str(child_id)}
-        child.finished_at = _now()
-        child.status = "SUCCEEDED"
-        child.output = {"value": value}
-        if check:
-            return value
-        # The same shape as a failure, so that a program can test r["status"] (as with tools.x).
-        return {"status": "SUCCEEDED", "output": child.output, "executionId": str(child_id)}
-
-    def _refused_child(self, target: dict, input: Any, sequence: int, child_id: uuid.UUID,
-                       failed: "_Failed") -> PendingExecution:
-        """A call that fails before its program runs (its fixed input could not be resolved)."""
-        child = PendingExecution(
-            execution_id=child_id, action_id=target["action_id"], action_version=target["version"], status="FAILED",
-            parent_execution_id=self.pending.execution_id, root_execution_id=self.pending.root_execution_id,
-            call_sequence=sequence, depth=self.pending.depth + 1, client_id=self.scope.principal.client_id,
-            event={"eventType": "action.invoked", "data": input, "recordType": None, "recordId": None},
-            input=input, started_at=_now(), finished_at=_now(), action_name=target["name"],
-            error={"code": failed.code, "message": failed.message, "hint": failed.hint},
-            parent_attempt=self.pending.attempt,
-        )
-        self.tree.pending.append(child)
-        return child
-
-    def call_tool(self, name: str, input: Any, check: bool) -> Any:
-        target = self.tools.get(name)
-        if target is None:
-            raise CallFailure("tool_not_declared", f"the program called `tools.{name}`, which its invocation did "
-                              "not resolve", "declare the tool in the action's `tools` references")
-        if self.pending.depth + 1 > MAX_TOOL_DEPTH + self.tree.native_levels:
-            raise CallFailure("action_call_limit_exceeded",
-                              f"calling {name!r} would go deeper than {MAX_TOOL_DEPTH} tool levels",
-                              "flatten the call tree")
-        if (target["action_id"], target["version"]) in self.tree.stack:
-            raise CallFailure("action_call_limit_exceeded",
-                              f"{name!r} v{target['version']} is already on the call stack; a call never re-enters it",
-                              "restructure the tools so that none calls back into its caller")
-        if target["status"] != "ACTIVE" or target["pending"] or not target["enabled"]:
-            raise CallFailure("action_failure", f"the tool {name!r} is not callable ({target['status']})",
-                              "publish or enable the tool it references")
-        sequence, child_id = self._next_child()
-        reference = target.get("reference") or {}
-        try:
-            input = merge_fixed_input(input, reference.get("input"), self.tree.session, self.pending.event)
-        except _Failed as failed:
-            child = self._refused_child(target, input, sequence, child_id, failed)
-        else:
-            child = run_call(self.scope, self.tree, target, input, execution_id=child_id,
-                             parent_execution_id=self.pending.execution_id,
-                             root_execution_id=self.pending.root_execution_id, call_sequence=sequence,
-                             depth=self.pending.depth + 1, deadline=self.deadline,
-                             parent_attempt=self.pending.attempt)
-            if (child.status == "FAILED" and child.error["code"] == "action_input_invalid"
-                    and reference.get("input") and reference.get("actionVersion") is None):
-                child.error["hint"] = (f"the reference to {reference.get('name')!r} has no version, and version "
-                                       f"{target['version']} does not accept its fixed input: pin a version that "
-                                       "accepts the fixed input, or change the fixed input")
-        if child.status == "SUCCEEDED":
-            if check:
-                return child.output
-            return {"status": "SUCCEEDED", "output": child.output, "executionId": str(child_id)}
-        if check:
-            raise CallFailure(child.error["code"], child.error["message"], child.error.get("hint"))
-        return {"status": "FAILED", "error": child.error, "executionId": str(child_id)}
-
+        raise CallFailed("cel_error", exc.message, exc.hint) from exc

@@ -9,61 +9,23 @@ from typing import Any
 
 import psycopg
 
-from ..actions import natives
-from ..actions.registry import ACTION, as_document, load_action
-from ..errors import LedgerError, NotFound, Retryable
+from ..actions.registry import load_action
+from ..errors import LedgerError, Retryable
 from ..policy.chain import Layer
 from ..scope import Scope
 from ..values import require_storable_input, same_json
-from . import sessions
-from .engine import (MAX_CALLS_BENEATH, MAX_TOOL_DEPTH, TREE_KEY, CallBody, CallLimitExceeded, CallTree, _Failed,
-                     merge_fixed_input, response_timeout_seconds, run_call)
-from .records import (EXECUTION, PendingExecution, execution_document, flush, load_execution, record_of,
-                      require_new_execution)
-
-
-class ActionNotCallable(LedgerError):
-    code = "action_not_callable"
+from . import admission, sessions
+from .admission import ActionNotCallable
+from .engine import CallBody, run_call
+from .failures import CallFailed
+from .fixed_input import merge_fixed_input
+from .tree import TREE_KEY, CallTree, response_timeout_seconds
+from .records import (EXECUTION, PendingExecution, execution_document, flush, load_execution, lock_execution_id,
+                      record_of, require_new_execution)
 
 
 class ExecutionIdConflict(LedgerError):
     code = "execution_id_conflict"
-
-
-def callable_record(scope: Scope, action_id: uuid.UUID, version: int | None, record: dict | None = None, *,
-                    acting_for_caller: bool = False) -> dict:
-    """The version to run, or `action_not_callable` saying why not (`record`: it, already loaded); an
-    action that does not exist in the caller's tenant is `not_found`.
-
-    The natives that act for their caller (an MCP server's `invoke`, `program`, ...) run only as the
-    server's calls (`acting_for_caller`), never directly: run directly they would act for nobody."""
-    if record is None:
-        record = load_action(scope, action_id, version)
-    if record is None:
-        latest = load_action(scope, action_id)
-        if latest is None:
-            raise NotFound(f"no action {action_id}", hint="check the id; actions(where: {name}) finds it")
-        raise ActionNotCallable(f"action {latest['name']!r} has no version {version}",
-                                hint=f"call a version from 1 to {latest['latest_version']}, or omit actionVersion")
-    name = record["name"]
-    if record["native"] and name in natives.ACTS_FOR_CALLER and not acting_for_caller:
-        raise ActionNotCallable(f"the native {name!r} acts for an MCP server's caller and cannot be invoked or "
-                                "started directly",
-                                hint=f"list {name!r} in an MCP server (createMcpServer) and call it through "
-                                     "the server's /mcp/<name> endpoint")
-    if record["status"] != "ACTIVE":
-        hint = {"UNPUBLISHED": "publish it with publishAction first", "DISABLED": "enable it with enableAction",
-                "DELETED": "deleted actions cannot be called"}[record["status"]]
-        raise ActionNotCallable(f"action {name!r} is {record['status']}", hint=hint)
-    if record["pending"]:
-        raise ActionNotCallable(f"action {name!r} has a pending {record['pending'].lower()}",
-                                hint="it stops taking calls while started executions drain")
-    if not record["enabled"]:
-        raise ActionNotCallable(f"version {record['version']} of {name!r} was written disabled",
-                                hint="call another version, or write an enabled one")
-    if not record.get("tool"):
-        raise ActionNotCallable(f"action {name!r} has no tool block", hint="only tools can be called")
-    return record
 
 
 def with_fixed_input(supplied: Any, fixed: Any, event_type: str) -> Any:
@@ -72,7 +34,7 @@ def with_fixed_input(supplied: Any, fixed: Any, event_type: str) -> Any:
     try:
         return merge_fixed_input(supplied, fixed, None, {"eventType": event_type, "data": supplied,
                                                          "recordType": None, "recordId": None})
-    except _Failed as failed:
+    except CallFailed as failed:
         raise LedgerError(failed.message, code=failed.code, hint=failed.hint) from None
 
 
@@ -88,14 +50,13 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
     a call may run one of those natives."""
     require_storable_input(input)
     tree: CallTree | None = scope.request_state.get(TREE_KEY)
-    if tree is not None and scope.frames:
-        # A nested invokeAction through graphql(): the re-entry check comes first.
+    if tree is not None:
+        # A nested invokeAction through graphql(): admitted (re-entry, depth, count) before anything else,
+        # so that a refused call neither waits on the executionId's lock nor answers as a repeat.
         record = load_action(scope, action_id, version)
-        if record is not None and (record["action_id"], record["version"]) in tree.stack:
-            raise CallLimitExceeded(f"{record['name']!r} v{record['version']} is already on the call stack",
-                                    hint="a call never re-enters a tool version already running")
-    # Serialize requests that use the same executionId, so that two of them never both run it.
-    scope.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{scope.tenant_id}:{execution_id}",))
+        if record is not None:
+            admission.admit(tree, record, record["name"])
+    lock_execution_id(scope, execution_id)
     existing = load_execution(scope, execution_id)
     if existing is not None:
         return _repeat(scope, existing, action_id, version, input)
@@ -106,11 +67,7 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
         if earlier is not None:
             return _repeat_within_tree(scope, earlier, action_id, version, input)
     call_scope = scope if layer is None else replace(scope, chain=scope.chain.extended(layer))
-    record = load_action(scope, action_id, version)
-    if record is not None:
-        call_scope.require("SELECT", ACTION, as_document(record))
-        call_scope.require("INVOKE", ACTION, as_document(record))
-    record = callable_record(scope, action_id, version, record, acting_for_caller=body is not None)
+    record = admission.invocable_record(call_scope, action_id, version, acting_for_caller=body is not None)
     session = None
     if session_id is not None and not record["tool"].get("session"):
         raise ActionNotCallable(f"{record['name']!r} has no sessions", hint="omit sessionId")
@@ -134,14 +91,6 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
         parent_attempt = next((p.attempt for p in reversed(tree.pending) if p.execution_id == parent), 1)
         enclosing = next((p.execution_id for p in reversed(tree.pending) if p.status == "RUNNING"), None)
     try:
-        if not own_tree:
-            if len(tree.stack) > MAX_TOOL_DEPTH:
-                raise CallLimitExceeded(f"invoking {record['name']!r} would go deeper than {MAX_TOOL_DEPTH} tool levels",
-                                        hint="flatten the call tree")
-            if tree.calls_beneath >= MAX_CALLS_BENEATH:
-                raise CallLimitExceeded(f"more than {MAX_CALLS_BENEATH} calls beneath one call",
-                                        hint="batch the work into fewer calls")
-            tree.calls_beneath += 1
         started = time.monotonic()
         pending = run_call(call_scope, tree, record, input, execution_id=execution_id, parent_execution_id=parent,
                            root_execution_id=execution_id if own_tree else tree.pending[0].root_execution_id,

@@ -21,7 +21,8 @@ from ..values import storable_json
 EXECUTION = "financial.ActionExecution.document"
 EXECUTION_INDEX = "financial.ActionExecution.indexes.children"
 
-_COLUMNS = ("tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
+# The columns of an execution row that its record is made of (`record_of`), in every read and RETURNING.
+EXECUTION_COLUMNS = ("tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
             " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input,"
             " session_id, created_at, parent_attempt, rolled_back, mcp_server_id")
 
@@ -33,6 +34,12 @@ def execution_document(row: dict) -> dict:
                                    "session_id", "started")}
     doc["execution_id"] = row.get("id")
     return doc
+
+
+def lock_execution_id(scope: Scope, execution_id: uuid.UUID) -> None:
+    """Serialize the requests that use one executionId until this transaction ends, so that two of them
+    never both find it unused and run it."""
+    scope.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{scope.tenant_id}:{execution_id}",))
 
 
 def require_new_execution(scope: Scope, execution_id: uuid.UUID, action_id: uuid.UUID, version: int, *,
@@ -62,7 +69,7 @@ def _record(row: dict, invocations: list[dict] | None = None) -> dict:
 
 
 def load_execution(scope: Scope, execution_id: uuid.UUID) -> dict | None:
-    row = scope.one(f"SELECT {_COLUMNS} FROM executions WHERE tenant_id = %s AND id = %s",
+    row = scope.one(f"SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = %s AND id = %s",
                     (scope.tenant_id, execution_id))
     return row
 
@@ -83,7 +90,7 @@ def children_of(scope: Scope, execution_id: uuid.UUID, attempt: int) -> list[dic
     """The calls that attempt `attempt` of the execution made, in call order: a listing, under its index."""
     scope.require("SELECT", EXECUTION_INDEX, index=True)
     rows = scope.all(
-        f"SELECT {_COLUMNS} FROM executions WHERE tenant_id = %s AND parent_execution_id = %s"
+        f"SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = %s AND parent_execution_id = %s"
         " AND parent_attempt = %s ORDER BY call_sequence, created_at, id",
         (scope.tenant_id, execution_id, attempt),
     )
@@ -134,6 +141,7 @@ class PendingExecution:
     finished_at: datetime.datetime | None = None
     output_bytes: int | None = None
     action_name: str | None = None  # for metrics and logs
+    action_kind: str | None = None  # for metrics: the kind is ours to name, unlike the action's name
 
     @property
     def duration_ms(self) -> float | None:
@@ -152,15 +160,14 @@ class PendingExecution:
                       "tools": self.tools, "logs": self.logs, "started_at": self.started_at,
                       "finished_at": self.finished_at, "duration_ms": self.duration_ms,
                       "output_bytes": self.result_bytes() if self.status != "RUNNING" else None}
-        return {
-            "execution_id": self.execution_id, "action_id": self.action_id, "action_version": self.action_version,
+        return record_of({
+            "id": self.execution_id, "action_id": self.action_id, "action_version": self.action_version,
             "status": self.status, "parent_execution_id": self.parent_execution_id,
             "root_execution_id": self.root_execution_id, "call_sequence": self.call_sequence,
-            "depth": self.depth, "attempts": self.attempt, "started": False, "started_by": None,
+            "depth": self.depth, "attempts": self.attempt, "started": False, "started_by_execution_id": None,
             "event": self.event, "input": self.input, "session_id": self.session_id, "created_at": created_at,
             "client_id": self.client_id, "rolled_back": self.rolled_back, "mcp_server_id": self.mcp_server_id,
-            "invocations": [invocation],
-        }
+        }, [invocation])
 
 
 def record_json(value: Any) -> Jsonb:

@@ -10,12 +10,12 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ..actions.lifecycle import settle_pending_lifecycle
-from ..actions.registry import ACTION, as_document, load_action
 from ..actions.schemas import first_error
 from ..errors import LedgerError, NotFound, Retryable
-from ..executions.invoke import ExecutionIdConflict, callable_record
-from ..executions.records import (EXECUTION, execution_document, load_execution, record_of,
-                                         require_new_execution)
+from ..executions.admission import invocable_record
+from ..executions.invoke import ExecutionIdConflict
+from ..executions.records import (EXECUTION, EXECUTION_COLUMNS, execution_document, load_execution,
+                                  lock_execution_id, record_of, require_new_execution)
 from ..values import require_storable_input, same_json, value_problem
 from ..scope import Scope
 
@@ -40,7 +40,7 @@ def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, ve
         raise StartNotAllowed("a start cannot be made from inside an execution",
                               hint="call the tool with tools.<name>() or invokeAction instead")
     require_storable_input(input)
-    scope.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{scope.tenant_id}:{execution_id}",))
+    lock_execution_id(scope, execution_id)
     existing = load_execution(scope, execution_id)
     if existing is not None:
         scope.require("SELECT", EXECUTION, execution_document(existing))
@@ -49,11 +49,7 @@ def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, ve
             raise ExecutionIdConflict(f"executionId {execution_id} was already used for another call",
                                       hint="use a new executionId for a new start")
         return record_of(existing)
-    record = load_action(scope, action_id, version)
-    if record is not None:
-        scope.require("SELECT", ACTION, as_document(record))
-        scope.require("INVOKE", ACTION, as_document(record))
-    record = callable_record(scope, action_id, version)
+    record = invocable_record(scope, action_id, version)
     if record["tool"].get("session"):
         raise StartNotAllowed(f"{record['name']!r} has sessions and cannot be started",
                               hint="call it with invokeAction, which finds or creates its session")
@@ -93,9 +89,7 @@ def _insert_queued(scope: Scope, execution_id: uuid.UUID, action_id: uuid.UUID, 
         "INSERT INTO executions (tenant_id, id, action_id, action_version, status, root_execution_id, depth,"
         " started, client_id, client_claims, run_at, event, input, started_by_execution_id, mcp_server_id)"
         " VALUES (%s, %s, %s, %s, 'QUEUED', %s, 0, true, %s, %s, coalesce(%s, now()), %s, %s, %s, %s)"
-        " RETURNING tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
-        " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input, session_id,"
-        " created_at, mcp_server_id",
+        f" RETURNING {EXECUTION_COLUMNS}",
         (scope.tenant_id, execution_id, action_id, version, execution_id, scope.principal.client_id,
          Jsonb(scope.principal.claims), run_at, Jsonb(event), Jsonb(input), started_by, mcp_server_id),
     )
@@ -103,9 +97,7 @@ def _insert_queued(scope: Scope, execution_id: uuid.UUID, action_id: uuid.UUID, 
 
 def cancel_execution(scope: Scope, execution_id: uuid.UUID) -> dict:
     row = scope.one(
-        "SELECT tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
-        " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input, session_id,"
-        " created_at FROM executions WHERE tenant_id = %s AND id = %s FOR UPDATE",
+        f"SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = %s AND id = %s FOR UPDATE",
         (scope.tenant_id, execution_id),
     )
     if row is None:
@@ -135,9 +127,7 @@ def cancel_execution(scope: Scope, execution_id: uuid.UUID) -> dict:
                        (scope.tenant_id, execution_id))
     updated = scope.one(
         "UPDATE executions SET status = 'CANCELLED', updated_at = now() WHERE tenant_id = %s AND id = %s"
-        " RETURNING tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
-        " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input, session_id,"
-        " created_at",
+        f" RETURNING {EXECUTION_COLUMNS}",
         (scope.tenant_id, execution_id),
     )
     settle_pending_lifecycle(scope, row["action_id"])

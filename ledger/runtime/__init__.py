@@ -39,7 +39,7 @@ Behaviour chosen where the contract left a choice:
 from ledger.runtime.interface import CallFailure, Host, Program, RunOutcome
 from ledger.runtime.lease import ExecutorLease
 from ledger.runtime.limits import DEFAULT_STEP_BUDGET
-from ledger.runtime.pool import ExecutorPool, ExecutorUnavailable
+from ledger.runtime.pool import ExecutorPool, ExecutorUnavailable, ExecutorWaitTimedOut
 
 __all__ = [
     "DEFAULT_STEP_BUDGET",
@@ -47,6 +47,7 @@ __all__ = [
     "ExecutorLease",
     "ExecutorPool",
     "ExecutorUnavailable",
+    "ExecutorWaitTimedOut",
     "Host",
     "Program",
     "RunOutcome",

@@ -16,6 +16,7 @@ on this lease's stack fails with the same failure. Afterwards:
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ledger.runtime import failures
@@ -52,8 +53,9 @@ class ExecutorLease:
     runs on the thread that holds the database transaction.
     """
 
-    def __init__(self, pool: ExecutorPool, process: ExecutorProcess) -> None:
+    def __init__(self, pool: ExecutorPool, process: ExecutorProcess, tenant: Hashable | None = None) -> None:
         self._pool = pool
+        self._tenant = tenant  # a replacement executor is leased for the same tenant
         self._process: ExecutorProcess | None = process
         self._settings = pool.settings
         self._grace = pool.grace_seconds
@@ -220,7 +222,7 @@ class ExecutorLease:
         if process is not None:
             self._process = None
             self._pool._release(process)
-        self._process = self._pool._acquire(max(deadline - time.monotonic(), 0.0))
+        self._process = self._pool._acquire(max(deadline - time.monotonic(), 0.0), self._tenant)
 
     def _send(self, process: ExecutorProcess, envelope: dict[str, Any], payload: bytes | None = None) -> None:
         try:

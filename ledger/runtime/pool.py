@@ -3,12 +3,21 @@
 `size` executors are kept started and idle; when all are leased, more are spawned up to
 `max_size`, and a lease request beyond that waits. A lost or retiring executor is dropped and,
 while fewer than `size` exist, replaced in the background, so the next lease finds it warm.
+
+Tenants share the pool fairly: one tenant holds at most `per_tenant` executors at once (half of
+`max_size` by default), so that however many slow calls one tenant makes, another tenant's call
+finds an executor free or waits only for its own tenant's calls. A lease is never taken back, so
+the bound holds whether or not anyone waits yet: a tenant at it waits for one of its own executors
+even while others are idle (a single-tenant deployment sets `per_tenant` to `max_size`). Waiting requests are served first come, first served among those whose
+tenant is under its bound; a waiter whose timeout passes leaves the queue.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
+from collections.abc import Hashable
 
 from ledger.errors import Retryable
 from ledger.runtime.lease import ExecutorLease
@@ -23,6 +32,19 @@ class ExecutorUnavailable(Retryable):
         super().__init__(message, hint="the server is busy running programs; retry shortly")
 
 
+class ExecutorWaitTimedOut(ExecutorUnavailable):
+    """Every executor the request could have had stayed busy until its timeout."""
+
+
+class _Waiter:
+    """One lease request waiting for its turn (compared by identity)."""
+
+    __slots__ = ("tenant",)
+
+    def __init__(self, tenant: Hashable | None) -> None:
+        self.tenant = tenant
+
+
 class ExecutorPool:
     def __init__(
         self,
@@ -34,6 +56,7 @@ class ExecutorPool:
         grace_seconds: float = 1.0,
         step_budget: int | None = DEFAULT_STEP_BUDGET,
         max_size: int | None = None,
+        per_tenant: int | None = None,
         startup_timeout: float = 10.0,
     ) -> None:
         if size < 0:
@@ -48,6 +71,9 @@ class ExecutorPool:
         self.max_size = max_size if max_size is not None else max(size * 4, 8)
         if self.max_size < max(size, 1):
             raise ValueError("max_size must be >= size and >= 1")
+        if per_tenant is not None and per_tenant < 1:
+            raise ValueError("per_tenant must be >= 1")
+        self.per_tenant = min(per_tenant or max(self.max_size // 2, 1), self.max_size)
         self.grace_seconds = grace_seconds
         self.startup_timeout = startup_timeout
         self._condition = threading.Condition()
@@ -55,6 +81,11 @@ class ExecutorPool:
         self._live: set[ExecutorProcess] = set()
         self._count = 0  # executors existing or being started, leased or idle
         self._closed = False
+        # Fairness: executors held (or being started) per tenant, who holds each leased one, and
+        # the lease requests waiting, in arrival order.
+        self._held: Counter = Counter()
+        self._holder: dict[ExecutorProcess, Hashable] = {}
+        self._waiters: list[_Waiter] = []
 
     def __enter__(self) -> ExecutorPool:
         self.start()
@@ -95,71 +126,140 @@ class ExecutorPool:
         for process in idle:
             self._discard(process)
 
-    def lease(self, timeout: float | None = None) -> ExecutorLease:
-        """Exclusive use of one executor for one top-level call tree; waits up to `timeout`."""
-        return ExecutorLease(self, self._acquire(timeout))
+    def lease(self, timeout: float | None = None, *, tenant: Hashable | None = None) -> ExecutorLease:
+        """Exclusive use of one executor for one top-level call tree; waits up to `timeout`.
 
-    def compile(self, source: str, tool_names: tuple[str, ...], timeout: float = 5.0) -> list[dict]:
+        `tenant` is whose work it runs, for the per-tenant bound; None (the server's own work, such
+        as a benchmark) is not bound. Raises ExecutorWaitTimedOut when none was free in time.
+        """
+        return ExecutorLease(self, self._acquire(timeout, tenant), tenant)
+
+    def held_by(self, tenant: Hashable | None) -> int:
+        """Executors the tenant holds now (for metrics and tests)."""
+        with self._condition:
+            return self._held[tenant]
+
+    def waiting(self) -> int:
+        """Lease requests waiting now."""
+        with self._condition:
+            return len(self._waiters)
+
+    def compile(self, source: str, tool_names: tuple[str, ...], timeout: float = 5.0, *,
+                tenant: Hashable | None = None) -> list[dict]:
         """Check a program without running it: [] when it is fine, else [{"line", "column", "message"}].
 
         Parses it, checks that `run` is a function taking one argument, and evaluates its top level
         in an executor with host calls refused (a host call at load time is a problem).
         """
-        with self.lease(timeout) as lease:
+        with self.lease(timeout, tenant=tenant) as lease:
             return lease.compile(source, tuple(tool_names), timeout)
 
     # --- for leases -----------------------------------------------------------------------------
 
-    def _acquire(self, timeout: float | None) -> ExecutorProcess:
+    def _acquire(self, timeout: float | None, tenant: Hashable | None = None) -> ExecutorProcess:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            with self._condition:
-                while True:
-                    if self._closed:
-                        raise RuntimeError("the executor pool is closed")
-                    if self._idle:
-                        process = self._idle.pop()  # most recently used: its caches are warmest
-                        break
-                    if self._count < self.max_size:
-                        self._count += 1
-                        process = None
-                        break
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        raise ExecutorUnavailable(f"all {self.max_size} executors are busy")
-                    self._condition.wait(remaining)
+            process = self._grant(tenant, deadline)
             if process is None:
                 try:
                     process = self._spawn_counted()
                 except OSError as error:
+                    self._ungrant(tenant)
                     raise ExecutorUnavailable(f"an executor could not be started: {error}") from None
+                except BaseException:
+                    self._ungrant(tenant)
+                    raise
             if not process.is_alive():
+                self._ungrant(tenant)
                 self._discard(process)
                 continue
             try:
                 process.wait_ready(self.startup_timeout)
             except ExecutorStartFailed as error:
+                self._ungrant(tenant)
                 self._discard(process)
                 raise ExecutorUnavailable(str(error)) from None
+            except BaseException:
+                self._ungrant(tenant)
+                self._discard(process)
+                raise
+            with self._condition:
+                self._holder[process] = tenant
             return process
+
+    def _grant(self, tenant: Hashable | None, deadline: float | None) -> ExecutorProcess | None:
+        """Wait for this request's turn; returns an idle executor, or None to start one (counted)."""
+        with self._condition:
+            waiter = _Waiter(tenant)
+            self._waiters.append(waiter)
+            try:
+                while True:
+                    if self._closed:
+                        raise RuntimeError("the executor pool is closed")
+                    if (self._idle or self._count < self.max_size) and self._first_servable() is waiter:
+                        break
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise ExecutorWaitTimedOut(self._busy_message(tenant))
+                    self._condition.wait(remaining)
+            finally:
+                self._waiters.remove(waiter)
+                # Whoever is next may be servable now (or was behind this waiter).
+                self._condition.notify_all()
+            self._held[tenant] += 1
+            if self._idle:
+                return self._idle.pop()  # most recently used: its caches are warmest
+            self._count += 1
+            return None
+
+    def _first_servable(self) -> _Waiter | None:
+        """The earliest waiter whose tenant is under its bound."""
+        for waiter in self._waiters:  # in arrival order
+            if waiter.tenant is None or self._held[waiter.tenant] < self.per_tenant:
+                return waiter
+        return None
+
+    def _busy_message(self, tenant: Hashable | None) -> str:
+        if tenant is not None and self._held[tenant] >= self.per_tenant:
+            return (f"this tenant's calls already hold {self._held[tenant]} of the {self.max_size} sandbox "
+                    "executors, as many as one tenant may hold at once")
+        return f"all {self.max_size} sandbox executors stayed busy"
+
+    def _ungrant(self, tenant: Hashable | None) -> None:
+        """Give back a grant that produced no lease."""
+        with self._condition:
+            self._drop_held(tenant)
+            self._condition.notify_all()
+
+    def _drop_held(self, tenant: Hashable | None) -> None:
+        self._held[tenant] -= 1
+        if self._held[tenant] <= 0:
+            del self._held[tenant]
 
     def _release(self, process: ExecutorProcess) -> None:
         with self._condition:
+            self._forget_holder(process)
             if not self._closed and process.is_alive() and not process.retiring:
                 self._idle.append(process)
-                self._condition.notify()
+                self._condition.notify_all()
                 return
         self._discard(process)
+
+    def _forget_holder(self, process: ExecutorProcess) -> None:
+        if process in self._holder:
+            self._drop_held(self._holder.pop(process))
+            self._condition.notify_all()
 
     def _discard(self, process: ExecutorProcess) -> None:
         """Forget an executor (killing it if need be) and top the warm set back up."""
         process.kill()
         with self._condition:
+            self._forget_holder(process)
             if process not in self._live:
                 return
             self._live.discard(process)
             self._count -= 1
-            self._condition.notify()
+            self._condition.notify_all()
             top_up = not self._closed and self._count < self.size
             if top_up:
                 self._count += 1
@@ -173,7 +273,7 @@ class ExecutorPool:
         except BaseException:
             with self._condition:
                 self._count -= 1
-                self._condition.notify()
+                self._condition.notify_all()
             raise
         with self._condition:
             self._live.add(process)

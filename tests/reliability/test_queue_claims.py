@@ -11,7 +11,7 @@ import uuid
 import psycopg
 from psycopg.rows import dict_row
 
-from ledger.queue.worker import claim
+from ledger.queue.claims import claim
 
 
 def test_concurrent_claims_claim_each_due_execution_once(db_url, api):

@@ -24,7 +24,7 @@ from ...policy.chain import Chain, Layer
 from ...policy.principal import Principal
 from ...scope import Scope
 from ...services import Services
-from ..retries import with_retries
+from ...db.retry import retry_lost_races
 from .natives import native_body
 from .tools import (EXECUTION_ID, PREVIEW, SESSION_ID, ListedTool, describe, failed, iter_listed_tools, listed_tools,
                     succeeded)
@@ -77,7 +77,8 @@ class McpCalls:
                 return [describe(tool, client, server) for tool in listed_tools(listing, caller.server)]
 
         try:
-            return types.ListToolsResult(tools=with_retries(self.services.settings, caller.deadline, once))
+            return types.ListToolsResult(tools=retry_lost_races(once, retries=self.services.settings.race_retries,
+                                                                 deadline=caller.deadline))
         except Retryable as exc:
             raise _retryable_error(exc) from None
 
@@ -104,7 +105,7 @@ class McpCalls:
                 return refused.result
 
         try:
-            return with_retries(self.services.settings, caller.deadline, once)
+            return retry_lost_races(once, retries=self.services.settings.race_retries, deadline=caller.deadline)
         except Retryable as exc:
             # Transient failures are the runtime's to retry, not the model's: still one isError result.
             return failed("retryable", exc.message, exc.hint, answer_meta)

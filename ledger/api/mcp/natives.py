@@ -22,8 +22,11 @@ from ...actions import natives
 from ...actions.mcp_servers import McpServer
 from ...actions.registry import ACTION, as_document, load_action
 from ...errors import LedgerError, Retryable
-from ...executions.engine import CallBody, CallTree, ToolHost, run_call
-from ...executions.invoke import callable_record, with_fixed_input
+from ...executions import admission
+from ...executions.admission import callable_record
+from ...executions.engine import CallBody, CallTree, run_call
+from ...executions.host import ToolHost
+from ...executions.invoke import with_fixed_input
 from ...executions.records import EXECUTION, PendingExecution, execution_document, invocations_of, load_execution
 from ...queue.start import cancel_execution, start_action
 from ...runtime import CallFailure, Program
@@ -96,8 +99,10 @@ def _invoke(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: f
         started = start_action(scope, record["action_id"], child_id, record["version"], input, None,
                                started_by=pending.execution_id, mcp_server_id=server.id)
         return {"taskId": str(started["execution_id"]), "status": TASK_STATUS[started["status"]]}
-    tree.count_call()
-    tree.native_levels = 1  # invoke adds no tool level
+    try:  # a native adds no tool level: only the call is counted
+        admission.count_call(tree)
+    except admission.CallRefused as refused:
+        raise CallFailure(refused.code, refused.message, refused.hint) from None
     first = len(tree.pending)
     call = partial(run_call, scope, tree, record, input, execution_id=child_id,
                    parent_execution_id=pending.execution_id, root_execution_id=pending.root_execution_id,
@@ -232,8 +237,8 @@ def _program(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: 
                           "is tools.<name>(property = value, ...)")
     # The program is the writing execution of what it does through graphql(), and no layer of its own.
     frame = ToolFrame(natives.PROGRAM_ID, 1, "program", pending.execution_id)
-    host = ToolHost(scope.within_tool(frame, scope.chain), tree, pending, tools, deadline)
-    tree.native_levels = 1  # the program adds no tool level
+    # The program is no tool level: its calls are admitted beneath the tools on the stack, which it is not on.
+    host = ToolHost(scope.within_tool(frame, scope.chain), tree, pending, tools, deadline, run_call)
     first = len(tree.pending)
     if not preview:
         value = _run(executor, program, pending, host, deadline)

@@ -1,0 +1,219 @@
+"""One attempt of a started execution: marked RUNNING, run in a transaction of its own, then finished
+(recorded, and retried with backoff, failed for good or cancelled) while its claim still holds."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import replace
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from ..actions.lifecycle import settle_pending_lifecycle
+from ..actions.mcp_servers import load_server_for_task, server_layer
+from ..actions.registry import load_action
+from ..auth.clients import client_layer
+from ..db.retry import retry_lost_races
+from ..executions.engine import run_call
+from ..executions.records import EXECUTION_COLUMNS, flush, record_json
+from ..executions.tree import CallTree
+from ..logs import current_call, update_call
+from ..metrics import call_finished, json_size, observe_tree
+from ..policy.chain import Chain
+from ..policy.principal import Principal
+from ..scope import Scope
+from .claims import Job, cancel_requested_now, fence, release
+
+TERMINAL_CODES = {"action_input_invalid", "action_access_denied", "action_call_limit_exceeded",
+                  "tool_not_declared", "cancelled"}
+MAX_BACKOFF_SECONDS = 300.0
+
+
+class Cancelled(Exception):
+    """cancelExecution asked a running attempt to stop."""
+
+
+def backoff_seconds(base: float, attempt: int) -> float:
+    """Attempt n waits base * 2^(n-1), capped at five minutes."""
+    return min(MAX_BACKOFF_SECONDS, base * (2 ** max(0, attempt - 1)))
+
+
+# Its record's columns, and the starter's claims that its authority carries over from.
+_ATTEMPT_COLUMNS = f"{EXECUTION_COLUMNS}, client_claims"
+
+
+def run_attempt(services: Any, job: Job) -> str:
+    """Run one attempt; returns 'succeeded', 'failed', 'retry' or 'cancelled'."""
+    deadline = time.monotonic() + services.settings.max_request_timeout
+    # 1. Mark it RUNNING in a short transaction of its own, so that readers see it.
+    with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
+        queue_row = fence(conn, job)
+        execution = conn.execute(f"SELECT {_ATTEMPT_COLUMNS} FROM executions WHERE tenant_id = %s AND id = %s",
+                                 (job.tenant_id, job.execution_id)).fetchone()
+        if execution is None or execution["status"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            release(conn, job, retry_in=None)
+            return "stale"
+        cancel_first = queue_row["cancel_requested"]
+        attempt = execution["attempts"] + 1
+        if not cancel_first:
+            conn.execute("UPDATE executions SET status = 'RUNNING', attempts = %s, updated_at = now()"
+                         " WHERE tenant_id = %s AND id = %s", (attempt, job.tenant_id, job.execution_id))
+    if cancel_first:
+        return _finish_cancelled(services, job, execution, deadline)
+
+    # 2. The attempt itself, in its own transaction, committed only while the lease holds. A transaction
+    #    that lost a race (a concurrent transfer on the same account) is run again at once, as the server
+    #    does with a request, instead of waiting for the lease to lapse.
+    def attempt_once() -> str:
+        started_at = datetime.datetime.now(datetime.timezone.utc)
+        try:
+            with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
+                # The starter's client row, read once for the authority check, the scope and the finish.
+                client = _client(conn, execution)
+                denial = _authority_problem(conn, execution, client)
+                scope = _scope_for(services, conn, execution, deadline, client)
+                scope, denial = _through_server(scope, execution, denial)
+                record = load_action(scope, execution["action_id"], execution["action_version"])
+                update_call(action=record["name"] if record else None)
+                if denial is not None or record is None:
+                    code, message, hint = denial or ("action_failure", "the action version no longer exists", None)
+                    return _finish(conn, services, job, execution, attempt, record, None, started_at,
+                                   error={"code": code, "message": message, "hint": hint}, scope=scope)
+                tree = CallTree(scope)
+                try:
+                    pending = run_call(scope, tree, record, execution["input"], execution_id=job.execution_id,
+                                       parent_execution_id=None, root_execution_id=job.execution_id,
+                                       call_sequence=None, depth=0, deadline=deadline, event_type="action.started",
+                                       attempt=attempt)
+                finally:
+                    tree.close()
+                observe_tree(len(tree.pending))
+                if job.cancel or cancel_requested_now(services, job):
+                    raise Cancelled()
+                if len(tree.pending) > 1:  # the calls it made (the execution itself is written by _finish)
+                    flush(scope, tree.pending[1:], above=(pending,))
+                return _finish(conn, services, job, execution, attempt, record, pending, started_at, scope=scope)
+        except Cancelled:
+            return _finish_cancelled(services, job, execution, deadline, started_at)
+
+    return retry_lost_races(attempt_once, retries=services.settings.race_retries, deadline=deadline,
+                            may_retry=lambda: not job.lost)
+
+
+_UNREAD = object()
+
+
+def _client(conn: psycopg.Connection, execution: dict) -> dict | None:
+    return conn.execute("SELECT name, enabled, policies FROM clients WHERE tenant_id = %s AND id = %s",
+                        (execution["tenant_id"], execution["client_id"])).fetchone()
+
+
+def _authority_problem(conn: psycopg.Connection, execution: dict,
+                       client: Any = _UNREAD) -> tuple[str, str, str] | None:
+    """Authority carries over from the start: the starter's token must not have expired, nor its client
+    been disabled. The client row is read fresh for every attempt (a cache of zero, within the 5 minutes
+    the contract allows)."""
+    claims = execution["client_claims"] or {}
+    expires = claims.get("exp")
+    if expires is not None and time.time() >= float(expires):
+        return ("action_access_denied", "the credential this execution was started with expired",
+                "the credential it was started with expired; start it again with a valid token")
+    if client is _UNREAD:
+        client = _client(conn, execution)
+    if client is None or not client["enabled"]:
+        return ("action_access_denied", "the client that started this execution was revoked",
+                "enable the client, or start the execution again as another client")
+    return None
+
+
+def _through_server(scope: Scope, execution: dict,
+                    denial: tuple[str, str, str] | None) -> tuple[Scope, tuple[str, str, str] | None]:
+    """A task started through an MCP server keeps the server's layer after the starter's (DESIGN 12),
+    re-read at every attempt: a server disabled or deleted since refuses the attempt."""
+    if execution.get("mcp_server_id") is None:
+        return scope, denial
+    server = load_server_for_task(scope, execution["mcp_server_id"])
+    if server is None:
+        return scope, denial or ("action_access_denied",
+                                 "the MCP server this task was started through is disabled or deleted",
+                                 "enable the server, or start the task again through a server that is served")
+    return replace(scope, chain=scope.chain.extended(server_layer(server))), denial
+
+
+def _scope_for(services: Any, conn: psycopg.Connection, execution: dict, deadline: float,
+               client: Any = _UNREAD) -> Scope:
+    if client is _UNREAD:
+        client = _client(conn, execution)
+    name = client["name"] if client else "revoked"
+    principal = Principal(execution["tenant_id"], execution["client_id"], name, execution["client_claims"] or {})
+    # The starter's layer, failing closed exactly as for a direct request.
+    chain = Chain((client_layer(principal, client["policies"] if client else []),))
+    return Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline)
+
+
+def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, attempt: int, record: dict | None,
+            pending: Any, started_at: datetime.datetime, error: dict | None = None, scope: Scope | None = None) -> str:
+    fence(conn, job)
+    finished_at = datetime.datetime.now(datetime.timezone.utc)
+    if pending is not None:
+        error = pending.error
+        output, tools, logs = pending.output, pending.tools, pending.logs
+    else:
+        output, tools, logs = None, [], []
+    duration_ms = (finished_at - started_at).total_seconds() * 1000
+    output_bytes = json_size(output if output is not None or error is None else error)
+    conn.execute(
+        "INSERT INTO invocations (tenant_id, execution_id, attempt, input, output, error, tools, logs, started_at,"
+        " finished_at, duration_ms, output_bytes) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (job.tenant_id, job.execution_id, attempt, record_json(execution["input"]), record_json(output),
+         record_json(error) if error else None, record_json(tools), record_json(logs), started_at, finished_at,
+         duration_ms, output_bytes),
+    )
+    settings = (record or {}).get("execution") or {}
+    max_attempts = int(settings.get("maxAttempts") or 3)
+    if error is None:
+        status, outcome = "SUCCEEDED", "succeeded"
+    elif error["code"] in TERMINAL_CODES or attempt >= max_attempts:
+        status, outcome = "FAILED", "failed"
+    else:
+        status, outcome = "QUEUED", "retry"
+    conn.execute("UPDATE executions SET status = %s, updated_at = now() WHERE tenant_id = %s AND id = %s",
+                 (status, job.tenant_id, job.execution_id))
+    call_finished(job.tenant_id, execution_id=job.execution_id, root_execution_id=job.execution_id,
+                  action=(record or {}).get("name") or current_call().get("action"), action_version=execution["action_version"],
+                  status="FAILED" if error else "SUCCEEDED", error=error, duration_ms=duration_ms,
+                  output_bytes=output_bytes, attempt=attempt, depth=0, kind=(record or {}).get("kind"))
+    if outcome == "retry":
+        release(conn, job, retry_in=backoff_seconds(float(settings.get("backoffSeconds", 1.0)), attempt))
+    else:
+        release(conn, job, retry_in=None)
+        settle_pending_lifecycle(scope or _scope_for(services, conn, execution, time.monotonic() + 30),
+                                 execution["action_id"])
+    return outcome
+
+
+def _finish_cancelled(services: Any, job: Job, execution: dict, deadline: float,
+                      started_at: datetime.datetime | None = None) -> str:
+    with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
+        fence(conn, job)
+        attempt = execution["attempts"] + 1
+        now = datetime.datetime.now(datetime.timezone.utc)
+        started_at = started_at or now
+        error = {"code": "cancelled", "message": "the execution was cancelled", "hint": None}
+        duration_ms, output_bytes = (now - started_at).total_seconds() * 1000, json_size(error)
+        conn.execute(
+            "INSERT INTO invocations (tenant_id, execution_id, attempt, input, error, started_at, finished_at,"
+            " duration_ms, output_bytes) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (job.tenant_id, job.execution_id, attempt, Jsonb(execution["input"]), Jsonb(error), started_at, now,
+             duration_ms, output_bytes),
+        )
+        call_finished(job.tenant_id, execution_id=job.execution_id, root_execution_id=job.execution_id,
+                      action=current_call().get("action"), action_version=execution["action_version"], status="CANCELLED", error=error,
+                      duration_ms=duration_ms, output_bytes=output_bytes, attempt=attempt, depth=0)
+        conn.execute("UPDATE executions SET status = 'CANCELLED', updated_at = now() WHERE tenant_id = %s AND id = %s",
+                     (job.tenant_id, job.execution_id))
+        release(conn, job, retry_in=None)
+        settle_pending_lifecycle(_scope_for(services, conn, execution, deadline), execution["action_id"])
+    return "cancelled"
