@@ -8,7 +8,7 @@ write no version.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -18,6 +18,7 @@ from ..errors import LedgerError, NotFound
 from ..values import same_json
 from ..scope import Scope
 from . import natives
+from .dialects import dialect_warnings
 from .lifecycle import has_unfinished_starts
 from .validation import ActionDefinitionInvalid, ReferenceLookup, ReferenceTarget, validate_definition
 
@@ -33,6 +34,10 @@ class ActionExists(LedgerError):
 
 class ActionStateError(LedgerError):
     code = "action_state_invalid"
+
+
+# Told each warning ({path, client, message}) about a written definition (DESIGN 16); it never fails.
+Warn = Callable[[dict], None]
 
 
 # ---------------------------------------------------------------------------- records
@@ -165,7 +170,7 @@ def _matches(record: dict, where: dict) -> bool:
 # ---------------------------------------------------------------------------- writes
 
 
-def create_action(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
+def create_action(scope: Scope, action_id: uuid.UUID, doc: dict, warn: Warn | None = None) -> dict:
     if action_id in natives.RESERVED_IDS:
         raise ActionExists(f"{action_id} is the id of a native tool", hint="choose a new UUID for a new action")
     definition = _validated(scope, action_id, doc)
@@ -186,10 +191,11 @@ def create_action(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
     except psycopg.errors.UniqueViolation as exc:
         raise _name_taken(definition["name"]) from exc
     _insert_version(scope, action_id, 1, definition)
+    _warn_about(definition, warn)
     return load_action(scope, action_id, 1)
 
 
-def update_action(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
+def update_action(scope: Scope, action_id: uuid.UUID, doc: dict, warn: Warn | None = None) -> dict:
     if action_id in natives.NATIVE_BY_ID:
         raise ActionStateError("native tools cannot be changed", hint="create an action of kind "
                                f"{natives.NATIVE_BY_ID[action_id]} to narrow it with your own policies")
@@ -203,6 +209,7 @@ def update_action(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
     definition = _validated(scope, action_id, doc, current_name=header["name"])
     if same_json(definition, _with_reference_defaults(latest["definition"])):  # by type: a schema's `true` is not `1`
         scope.require("SELECT", ACTION, as_document(latest))
+        _warn_about(definition, warn)  # the answer describes the definition, written now or before
         return latest
     next_version = header["latest_version"] + 1
     candidate = {**latest, "name": definition["name"], "kind": definition["kind"], "version": next_version,
@@ -220,7 +227,23 @@ def update_action(scope: Scope, action_id: uuid.UUID, doc: dict) -> dict:
     except psycopg.errors.UniqueViolation as exc:
         raise _name_taken(definition["name"]) from exc
     _insert_version(scope, action_id, next_version, definition)
+    _warn_about(definition, warn)
     return load_action(scope, action_id, next_version)
+
+
+def _warn_about(definition: dict, warn: Warn | None) -> None:
+    """The written definition's warnings: schemas a model client's dialect cannot hold, and a name that has
+    become a native's since the action took it (it keeps working; validation lets it keep the name)."""
+    if warn is None:
+        return
+    name = definition["name"]
+    if name in natives.RESERVED_NAMES:
+        warn({"path": "name", "client": "all",
+              "message": f"{name!r} is now reserved for the native {name} tool: this action keeps its name and "
+                         "keeps working, but a model or an MCP client that also sees the native cannot tell the "
+                         "two apart; rename it"})
+    for warning in dialect_warnings(definition.get("tool"), definition.get("kind")):
+        warn(warning)
 
 
 def _with_reference_defaults(definition: dict) -> dict:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 import strawberry
@@ -19,6 +19,14 @@ class RequestContext:
     scope: Scope
     # Set by the first failed mutation field: the request will roll back, so later fields must not run.
     failed: bool = False
+    # The response's `extensions.warnings` (DESIGN 16): {field, path, client, message}, in field order.
+    warnings: list[dict] = field(default_factory=list)
+
+    def warner(self, info: strawberry.Info) -> Callable[[dict], None]:
+        """A registry's `warn` for the field `info` resolves: each warning names the field's response path
+        (aliases included), e.g. "actions.createAction" or "actions.w0"."""
+        where = ".".join(str(key) for key in info.path.as_list())
+        return lambda warning: self.warnings.append({"field": where, **warning})
 
 
 class NotExecuted(LedgerError):

@@ -118,14 +118,15 @@ PROGRAM = Caller("`operation_name`", "graphql()", "check the document and its va
 
 
 def execute(schema: Any, scope: Scope, document: str, variables: dict | None, operation_name: str | None,
-            caller: Caller) -> Any:
+            caller: Caller, context: RequestContext | None = None) -> Any:
     """The graphql-core ExecutionResult of `document` on the scope's transaction; DocumentRejected when it
-    cannot run at all."""
+    cannot run at all. `context`: the resolvers' shared state, for a caller that reads it afterwards (the
+    HTTP path answers its warnings)."""
     several = f"the document has several operations: name the one to run with {caller.operation_name_argument}"
     if operation_name is None and operation_count(document) > 1:
         raise DocumentRejected(several, caller.hint)
     try:
-        return schema.execute_sync(document, variable_values=variables, context_value=RequestContext(scope),
+        return schema.execute_sync(document, variable_values=variables, context_value=context or RequestContext(scope),
                                    operation_name=operation_name)
     except MissingQueryError:
         raise DocumentRejected("the document is empty", caller.hint) from None

@@ -27,6 +27,7 @@ from ..policy.chain import Chain
 from ..scope import Scope
 from ..services import Services
 from . import documents
+from .context import RequestContext
 from .documents import error_payload, first_retryable, format_error, is_document_error
 from .graphiql import asset_response, graphiql_page
 from .json_codec import dump_json, load_json
@@ -168,8 +169,10 @@ class GraphQLEndpoint:
                 chain = Chain((client_layer(principal, policies),))
                 scope = Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline,
                               dry_run=dry_run)
+                context = RequestContext(scope)
                 try:
-                    result = documents.execute(schema, scope, query, variables, operation_name, documents.HTTP)
+                    result = documents.execute(schema, scope, query, variables, operation_name, documents.HTTP,
+                                               context)
                 except documents.DocumentRejected as rejected:
                     raise _RollBack({"data": None, "errors": [error_payload(rejected.message, rejected.code,
                                                                            rejected.hint)], "_status": 400}) from None
@@ -181,6 +184,10 @@ class GraphQLEndpoint:
                     payload["errors"] = [format_error(e) for e in result.errors]
                     status = 400 if result.data is None and all(is_document_error(e) for e in result.errors) else 200
                     raise _RollBack({**payload, "_status": status})
+                if context.warnings:
+                    # DESIGN 16: the warnings of the writes this answer reports (a dry run's too); a request
+                    # that failed wrote nothing, so it has none.
+                    payload["extensions"] = {"warnings": context.warnings}
         except _RollBack as rolled_back:
             status = rolled_back.payload.pop("_status")
             return rolled_back.payload, status

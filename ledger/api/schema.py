@@ -353,12 +353,14 @@ class ActionsMutation:
     @strawberry.mutation
     @mutation_step
     def create_action(self, info: strawberry.Info, id: uuid.UUID, input: ActionInput) -> Action:
-        return Action.from_record(registry.create_action(scope_of(info), id, action_input_json(input)))
+        return Action.from_record(registry.create_action(scope_of(info), id, action_input_json(input),
+                                                         warn=info.context.warner(info)))
 
     @strawberry.mutation
     @mutation_step
     def update_action(self, info: strawberry.Info, id: uuid.UUID, input: ActionInput) -> Action:
-        return Action.from_record(registry.update_action(scope_of(info), id, action_input_json(input)))
+        return Action.from_record(registry.update_action(scope_of(info), id, action_input_json(input),
+                                                         warn=info.context.warner(info)))
 
     @strawberry.mutation
     @mutation_step
