@@ -9,7 +9,9 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from live_helpers import ledger_publish, new_tenant_token
 from registry_helpers import CREATE, READ, UPDATE, tool_input
+from test_cli_serve import Server, workdir  # noqa: F401 - the module-scoped work dir fixture
 
 from ledger.actions.dialects import dialect_warnings
 
@@ -215,3 +217,39 @@ def test_the_output_schema_is_checked_only_where_a_model_is_asked_for_it():
     output = schema(k={"const": 1})
     assert rules(schema(), "tool", output) == []
     assert rules(schema(), "agent", output) == [("tool.outputSchema.properties.k.const", "gemini")]
+
+
+# ---------------------------------------------------------------------------- ledger publish
+
+
+@pytest.fixture(scope="module")
+def server(workdir):  # noqa: F811
+    served = Server(workdir / "data")
+    yield served
+    served.stop()
+
+
+def test_ledger_publish_prints_each_warning_with_its_file_and_exits_0(server, tmp_path):
+    token = new_tenant_token(server)
+    (tmp_path / "ping.star").write_text("def run(event):\n    return event[\"data\"]\n")
+    toml = tmp_path / "ping.toml"
+    toml.write_text(f'''id = "{uuid.uuid4()}"
+name = "ping"
+description = "Answers its input"
+kind = "tool"
+src = "ping.star"
+
+[tool]
+name = "ping"
+description = "Answers its input"
+
+[tool.inputSchema]
+type = "object"
+additionalProperties = false
+properties.site = {{ type = "string", format = "uri" }}
+''')
+    result = ledger_publish(server, token, str(toml))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"warning: {toml}: tool.inputSchema.properties.site.format: openai: {OPENAI_FORMAT}"]
+    assert result.stdout.splitlines()[-1] == "1 action(s): 1 created, 0 updated, 0 unchanged"

@@ -162,6 +162,13 @@ class LedgerClient:
         `idempotent` says the request may safely be sent again after a failed exchange (not only
         after a `retryable` answer, which is always safe: the server rolled it back).
         """
+        return self.response(document, variables, operation_name=operation_name, dry_run=dry_run,
+                             idempotent=idempotent)["data"]
+
+    def response(self, document: str, variables: dict | None = None, *, operation_name: str | None = None,
+                 dry_run: bool = False, idempotent: bool = False) -> dict:
+        """`{"data", "extensions"}` of a request (extensions: e.g. the `warnings` of a written action),
+        as `query` sends it and raises."""
         attempt = 0
         while True:
             try:
@@ -204,7 +211,7 @@ class LedgerClient:
                               hint="check that the URL names the ledger's /graphql endpoint")
         if response.get("errors"):
             raise LedgerRequestError.from_graphql(response["errors"], status)
-        return response.get("data") or {}
+        return {"data": response.get("data") or {}, "extensions": response.get("extensions") or {}}
 
     # ------------------------------------------------------------------ executions
 

@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if result.dry_run:
         print(f"dry run against {client.url}: the server ran it and rolled it back; nothing was written")
+    for warning in result.warnings:  # DESIGN 16: the write succeeded; a model client may misread the schema
+        print(warning, file=sys.stderr)
     for change in result.changes:
         print(change.describe())
     for server in result.servers:

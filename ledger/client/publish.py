@@ -61,6 +61,8 @@ class Querying(Protocol):
 
     def query(self, document: str, variables: dict | None = None, **options: Any) -> dict: ...
 
+    def response(self, document: str, variables: dict | None = None, **options: Any) -> dict: ...
+
 SERVER_KIND = "mcp_server"
 TOP_KEYS = {"id", "name", "description", "kind", "src", "config", "tool", "policies", "tools", "execution",
             "enabled"}
@@ -179,11 +181,25 @@ class ServerChange:
         return f"MCP server {self.name}: {text} ({self.path}{state})"
 
 
+@dataclass(frozen=True)
+class SchemaWarning:
+    """A schema warning (DESIGN 16) of a written action, back in its file: the write succeeded."""
+
+    file: str
+    path: str
+    client: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"warning: {self.file}: {self.path}: {self.client}: {self.message}"
+
+
 @dataclass
 class PublishResult:
     changes: list[Change] = field(default_factory=list)
     dry_run: bool = False
     servers: list[ServerChange] = field(default_factory=list)
+    warnings: list[SchemaWarning] = field(default_factory=list)
 
     def server_summary(self) -> str | None:
         if not self.servers:
@@ -468,11 +484,12 @@ def publish(client: Querying, paths: Iterable[str | os.PathLike], *, dry_run: bo
     steps = plan(definitions, state)
     document, variables = mutation_document(steps)
     try:
-        answer = client.query(document, variables, dry_run=dry_run)
+        response = client.response(document, variables, dry_run=dry_run)
     except LedgerRequestError as exc:
         raise PublishRejected(exc, locate_errors(exc, steps), unchecked_files(exc, steps)) from exc
+    answer = response["data"]
     data = answer.get("actions") or {}
-    result = PublishResult(dry_run=dry_run)
+    result = PublishResult(dry_run=dry_run, warnings=located_warnings(response["extensions"], steps))
     for i, step in enumerate(steps):
         if step.definition.server:
             after = answer["mcpServers"][f"s{i}"]
@@ -523,6 +540,18 @@ def locate_errors(error: LedgerRequestError, steps: list[Step]) -> list[Located]
         for problem in problems:
             located.append(_locate_problem(step.definition, str(problem.get("path") or ""),
                                            str(problem.get("message") or "")))
+    return located
+
+
+def located_warnings(extensions: dict, steps: list[Step]) -> list[SchemaWarning]:
+    """The answer's `extensions.warnings`, each in the file of the action it is about (its `field` is the
+    response path of the write, `actions.w<i>`)."""
+    located = []
+    for raw in extensions.get("warnings") or []:
+        step = _step_of({"path": str(raw.get("field") or "").split(".")}, steps)
+        file = str(step.definition.file) if step is not None else "(request)"
+        located.append(SchemaWarning(file, str(raw.get("path") or ""), str(raw.get("client") or ""),
+                                str(raw.get("message") or "")))
     return located
 
 
