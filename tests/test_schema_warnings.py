@@ -167,6 +167,14 @@ def test_an_action_that_already_had_a_now_reserved_name_is_warned_about_on_updat
                    "apart; rename it"}]
 
 
+def test_a_native_kind_is_not_warned_about_the_natives_own_schema(api):
+    # graphql's `variables` is an object of any keys, which OpenAI strict mode cannot say; the writer of a
+    # graphql action cannot change that schema, so there is nothing to tell them.
+    body = create(api, {"name": "my_graphql", "kind": "graphql"})
+    assert body["data"]["actions"]["createAction"]["kind"] == "graphql"
+    assert "extensions" not in body
+
+
 # ---------------------------------------------------------------------------- the rules, pure
 
 

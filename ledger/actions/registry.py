@@ -242,6 +242,8 @@ def _warn_about(definition: dict, warn: Warn | None) -> None:
               "message": f"{name!r} is now reserved for the native {name} tool: this action keeps its name and "
                          "keeps working, but a model or an MCP client that also sees the native cannot tell the "
                          "two apart; rename it"})
+    if definition["kind"] in natives.NATIVE_KINDS:
+        return  # a native kind's schemas are the native's, not the writer's to change: its adapter's concern
     for warning in dialect_warnings(definition.get("tool"), definition.get("kind")):
         warn(warning)
 
