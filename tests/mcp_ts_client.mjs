@@ -3,7 +3,8 @@
 //
 //   LEDGER_MCP_TS_MODULES=<node_modules with @modelcontextprotocol/sdk> node tests/mcp_ts_client.mjs JOB
 //
-// JOB is JSON: {"url": ..., "token": ..., "calls": [{"name": ..., "arguments": {...}, "meta": {...}}]}.
+// JOB is JSON: {"url": ..., "token": ..., "calls": [{"name": ..., "arguments": {...}, "meta": {...}}]};
+// "headers" instead of "token" sends those headers as they are (a client configuration's).
 // It connects (the initialize handshake), lists the tools, makes each call in order, and prints one
 // JSON object: {protocolVersion, serverInfo, instructions, tools, calls}. The SDK validates every
 // answer against its own schemas, so a result it cannot parse fails here rather than in the test.
@@ -22,7 +23,7 @@ const { StreamableHTTPClientTransport } = require("@modelcontextprotocol/sdk/cli
 
 const job = JSON.parse(process.argv[2]);
 const transport = new StreamableHTTPClientTransport(new URL(job.url), {
-  requestInit: { headers: { Authorization: `Bearer ${job.token}` } },
+  requestInit: { headers: job.headers ?? { Authorization: `Bearer ${job.token}` } },
 });
 const client = new Client({ name: "ledger-ts-test-client", version: "1.0.0" });
 

@@ -61,10 +61,12 @@ def sdk_modules() -> Path:
     return modules
 
 
-def run_ts_client(url: str, token: str, calls: list[dict] | None = None) -> dict[str, Any]:
-    """Runs the TypeScript client against `url` with `token`: its JSON report (see mcp_ts_client.mjs)."""
+def run_ts_client(url: str, token: str | None, calls: list[dict] | None = None, *,
+                  headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """Runs the TypeScript client against `url` with `token` (or exactly `headers`): its JSON report (see
+    mcp_ts_client.mjs)."""
     modules = sdk_modules()
-    job = json.dumps({"url": url, "token": token, "calls": calls or []})
+    job = json.dumps({"url": url, "token": token, "headers": headers, "calls": calls or []})
     result = subprocess.run(["node", str(SCRIPT), job], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "LEDGER_MCP_TS_MODULES": str(modules)})
     lines = result.stdout.strip().splitlines()
