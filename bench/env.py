@@ -238,8 +238,12 @@ class Server:
         self._wait_ready()
 
     @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/graphql"
+        return f"{self.origin}/graphql"
 
     def _wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout

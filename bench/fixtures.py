@@ -34,6 +34,16 @@ def run(event):
 
 NOOP_SRC = "def run(event):\n    return {}\n"
 
+# The read tool called both through GraphQL invokeAction and through MCP tools/call.
+BALANCE_SRC = '''DOC = """query($id: UUID!) { financial { account(id: $id) { balance } } }"""
+
+def run(event):
+    return {"balance": graphql(DOC, variables={"id": event["data"]["account_id"]})["financial"]["account"]["balance"]}
+'''
+MCP_SERVER = "bench"
+CREATE_MCP_SERVER = """mutation($id: UUID!, $input: McpServerInput!) { mcpServers {
+  createMcpServer(id: $id, input: $input) { path } } }"""
+
 CREATE_TOOL = """mutation($id: UUID!, $input: ActionInput!) { actions {
   createAction(id: $id, input: $input) { version } publishAction(id: $id) { status } } }"""
 
@@ -53,6 +63,8 @@ class Fixtures:
     transfer_tool: str
     reads_tool: str
     noop_tool: str
+    balance_tool: str
+    mcp_path: str  # where the bench's MCP server, listing the balance tool, is served
 
 
 def _tool(client: Client, name: str, src: str, properties: dict, policies: list[dict]) -> str:
@@ -105,6 +117,15 @@ def populate(database_url: str, url: str, tenant_id, client_id, token: str, secr
             {"effect": "ALLOW", "actions": ["SELECT"], "resources": ["financial.Account.document"]},
         ])
         noop = _tool(client, "bench_noop", NOOP_SRC, {}, [])
+        balance = _tool(client, "bench_balance", BALANCE_SRC, {"account_id": {"type": "string"}}, [
+            {"effect": "ALLOW", "actions": ["SELECT"], "resources": ["financial.Account.document"]},
+        ])
+        # A read-only layer, as an agent's server would have: the call records its execution all the same.
+        mcp_path = client.data(CREATE_MCP_SERVER, {"id": str(uuid.uuid4()), "input": {
+            "name": MCP_SERVER, "tools": [{"name": "bench_balance"}],
+            "policies": [{"effect": "ALLOW", "actions": ["SELECT", "INVOKE"], "resources": ["financial.*"]}],
+        }})["mcpServers"]["createMcpServer"]["path"]
     finally:
         client.close()
-    return Fixtures(database_url, tenant_id, client_id, token, secret, ids, transfer, reads, noop)
+    return Fixtures(database_url, tenant_id, client_id, token, secret, ids, transfer, reads, noop, balance,
+                    mcp_path)

@@ -1,9 +1,12 @@
 """HTTP load from outside the process under test: `wrk` (C, Lua-scripted bodies) when it is installed,
 else a separate Python process (`python -m bench.loadgen SPEC`) with one keep-alive connection per thread.
 
-A spec says what to send: `kind` "static" posts one fixed body; "invoke" posts an invokeAction of the
-transfer tool with a fresh executionId and transfer id and two random accounts per request.
-Both report the same JSON: requests, seconds, rps, GraphQL and HTTP errors, p50/p99 latency (ms).
+A spec says what to send: `kind` "static" posts one fixed body; "template" posts `body` with each
+`__UUID__` replaced by a fresh UUID per request; "invoke" posts an invokeAction of the transfer tool with
+a fresh executionId and transfer id and two random accounts per request. `headers` are sent besides
+Content-Type and the bearer token; a response counts as an error when it is not a 200 or contains one
+of `error_markers` (default: a GraphQL error or a FAILED execution).
+Both report the same JSON: requests, seconds, rps, errors, p50/p99 latency (ms).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ local static_body = [==[%(body)s]==]
 local query = [==[%(query)s]==]
 local action = %(action)s
 local accounts = { %(accounts)s }
+local error_markers = { %(markers)s }
 local counter = 0
 graphql_errors = 0
 local next_tid = 0
@@ -62,6 +66,10 @@ function request()
   if kind == "static" then
     return wrk.format(nil, nil, nil, static_body)
   end
+  if kind == "template" then
+    local body = string.gsub(static_body, "__UUID__", uuid4)
+    return wrk.format(nil, nil, nil, body)
+  end
   local a = math.random(#accounts)
   local b = math.random(#accounts - 1)
   if b >= a then b = b + 1 end
@@ -72,9 +80,11 @@ function request()
 end
 
 function response(status, headers, body)
-  if status ~= 200 or string.find(body, '"errors"', 1, true) or string.find(body, '"FAILED"', 1, true) then
-    graphql_errors = graphql_errors + 1
+  local failed = status ~= 200
+  for _, marker in ipairs(error_markers) do
+    if not failed and string.find(body, marker, 1, true) then failed = true end
   end
+  if failed then graphql_errors = graphql_errors + 1 end
 end
 
 function done(summary, latency, requests)
@@ -99,11 +109,19 @@ def _wrk_script(spec: dict) -> str:
         "headers": headers, "kind": _lua_string(spec["kind"]), "body": spec.get("body", ""),
         "query": json.dumps(spec.get("query", "")), "action": _lua_string(spec.get("action", "")),
         "accounts": ", ".join(_lua_string(a) for a in spec.get("accounts", [])),
+        "markers": ", ".join(_lua_string(m) for m in _error_markers(spec)),
     }
 
 
+DEFAULT_ERROR_MARKERS = ('"errors"', '"FAILED"')
+
+
+def _error_markers(spec: dict) -> list[str]:
+    return list(spec.get("error_markers") or DEFAULT_ERROR_MARKERS)
+
+
 def _headers(spec: dict) -> dict:
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", **spec.get("headers", {})}
     if spec.get("token"):
         headers["Authorization"] = f"Bearer {spec['token']}"
     return headers
@@ -137,6 +155,11 @@ def run_wrk(spec: dict, connections: int, seconds: float) -> dict:
 def _body(spec: dict, rng: random.Random) -> bytes:
     if spec["kind"] == "static":
         return spec["body"].encode()
+    if spec["kind"] == "template":
+        body = spec["body"]
+        while "__UUID__" in body:
+            body = body.replace("__UUID__", str(uuid.uuid4()), 1)
+        return body.encode()
     accounts = spec["accounts"]
     a, b = rng.sample(range(len(accounts)), 2)
     return json.dumps({"query": spec["query"], "variables": {"id": spec["action"], "input": {
@@ -151,6 +174,7 @@ def _python_load(spec: dict, connections: int, seconds: float) -> dict:
 
     parts = urlsplit(spec["url"])
     headers = _headers(spec)
+    markers = [m.encode() for m in _error_markers(spec)]
     latencies: list[list[float]] = [[] for _ in range(connections)]
     errors = [0] * connections
     stop_at = time.perf_counter() + seconds
@@ -171,7 +195,7 @@ def _python_load(spec: dict, connections: int, seconds: float) -> dict:
                 conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
                 continue
             latencies[index].append(time.perf_counter() - started)
-            if response.status != 200 or b'"errors"' in payload or b'"FAILED"' in payload:
+            if response.status != 200 or any(marker in payload for marker in markers):
                 errors[index] += 1
         conn.close()
 

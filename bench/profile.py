@@ -1,6 +1,6 @@
 """Profile a server process under a bench workload with py-spy (`pip install -e '.[bench]'`).
 
-    python -m bench.profile read|money|tree [--seconds 15] [--top 40]
+    python -m bench.profile read|money|tree|tool-graphql|tool-mcp [--seconds 15] [--top 40]
 
 Starts the same cluster and `ledger serve` as `make bench`, drives the workload with the same load
 generator, samples one server process with `py-spy record` (native frames off, idle threads off) and
@@ -21,7 +21,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from . import loadgen
+from . import loadgen, workloads
 from .env import Client, Cluster, Server
 from .fixtures import INVOKE, READ, populate, prepare_database
 
@@ -51,7 +51,7 @@ def _summarize(collapsed: Path, top: int, focus: str | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile")
-    parser.add_argument("workload", choices=("read", "money", "tree"))
+    parser.add_argument("workload", choices=("read", "money", "tree", "tool-graphql", "tool-mcp"))
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--top", type=int, default=45)
     parser.add_argument("--focus", help="only stacks through a frame containing this text")
@@ -65,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         tenant_id, client_id, token, secret = prepare_database(url)
         server = Server(url, workdir, workers=1 if args.workload == "tree" else 2)
         fx = populate(url, server.url, tenant_id, client_id, token, secret, accounts=50)
-        if args.workload == "read":
+        if args.workload.startswith("tool-"):
+            via = args.workload.removeprefix("tool-")
+            workloads.check_tool_call(server, fx, via)
+            spec = workloads.tool_call_spec(server, fx, via)
+        elif args.workload == "read":
             spec = {"url": server.url, "token": token, "kind": "static",
                     "body": json.dumps({"query": READ, "variables": {"id": fx.accounts[0]}})}
         else:

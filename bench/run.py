@@ -24,6 +24,7 @@ from .env import ROOT, Cluster, RoundTrips, Server, Statements, Workers, export_
 from .fixtures import populate, prepare_database
 
 MONEY_GOAL, READ_GOAL, TREE_GOAL, QUEUE_GOAL, POLICY_P99_US = 0.5, 1.0, 3.0, 1.0, 50.0
+MCP_GOAL = 0.8
 LEDGER_WORKERS, WORKER_CONCURRENCY = 2, 4
 
 
@@ -177,6 +178,21 @@ def main(argv: list[str] | None = None) -> int:
                     if s_run:
                         anchors["select_only"].append(s_run)
             m["read"] = _median_run(runs, "rps")
+            # The same read tool through GraphQL invokeAction and through MCP tools/call, alternating in
+            # each round so that both sides of the ratio see the same moment of a shared machine.
+            graphql_runs, mcp_runs = [], []
+            for round_ in range(rounds):
+                first = warmup if not round_ else 0
+                log(f"[{name}] read tool through GraphQL invokeAction, round {round_ + 1}/{rounds}")
+                graphql_runs.append(workloads.tool_call(server, fx, "graphql", args.seconds, stats, rt, warmup=first,
+                                                        loadgen_kind=args.loadgen))
+                log(f"[{name}] the same call through MCP tools/call, round {round_ + 1}/{rounds}")
+                mcp_run = _anchor(f"mcp ({name})", lambda: workloads.tool_call(
+                    server, fx, "mcp", args.seconds, stats, rt, warmup=first, loadgen_kind=args.loadgen), errors)
+                if mcp_run:
+                    mcp_runs.append(mcp_run)
+            m["tool_graphql"] = _median_run(graphql_runs, "rps")
+            m["tool_mcp"] = _median_run(mcp_runs, "rps")
             log(f"[{name}] call tree: one invokeAction making {tree_reads} graphql() reads")
             m["call_tree"] = workloads.call_tree(server, fx, stats, rt, reads=tree_reads, repeats=repeats)
             # The floor right after the tree, so that both see the same machine (it is shared and noisy).
@@ -267,6 +283,16 @@ def build_rows(current: dict, before: dict | None, tpcb, select_only, pgl, gw, p
         row["pgbench_S_text"] = f"`pgbench -S -c 4 -j 2`: {select_only['tps']:,.0f} TPS, p50 {select_only['p50_ms']:.2f} ms"
         row["pgbench_S_ratio"] = round(read["rps"] / select_only["tps"], 3)
     rows["read"] = row
+    graphql_call, mcp_call = current["tool_graphql"], current["tool_mcp"]
+    rows["mcp"] = _row(
+        "read tool through MCP `tools/call`", mcp_call or {},
+        (f"{mcp_call['rps']:,.0f} calls/s, p50 {mcp_call['p50_ms']:.2f} ms, p99 {mcp_call['p99_ms']:.2f} ms"
+         if mcp_call else "not measured"),
+        graphql_call, (f"the same call through GraphQL `invokeAction`: {graphql_call['rps']:,.0f} calls/s,"
+                       f" p50 {graphql_call['p50_ms']:.2f} ms, p99 {graphql_call['p99_ms']:.2f} ms"),
+        mcp_call["rps"] / graphql_call["rps"] if mcp_call and graphql_call["rps"] else None, MCP_GOAL,
+        ">= 0.8x GraphQL invokeAction", errors.get("mcp (current)"),
+        anchor_statements=graphql_call.get("statements_per_call"))
     tree = current["call_tree"]
     floor = current["call_tree_floor"]
     ratio = tree["median_ms"] / floor["median_ms"] if floor["median_ms"] else None
@@ -292,14 +318,21 @@ def build_rows(current: dict, before: dict | None, tpcb, select_only, pgl, gw, p
         "anchor_text": "— (" + ("met" if met else "**not met**") + ")", "ratio": None, "met": met,
         "goal": "p99 < 50 µs"}
     if before is not None:
-        for key, metric in (("money", "calls_per_s"), ("read", "rps"), ("call_tree", "median_ms"),
+        for key, metric in (("money", "calls_per_s"), ("read", "rps"), ("mcp", "rps"), ("call_tree", "median_ms"),
                             ("queue", "jobs_per_s")):
-            rows[key]["before"] = before[key]
-            rows[key]["before_text"] = f"{before[key][metric]:,.1f}"
-            anchor = before["call_tree_floor"] if key == "call_tree" else rows[key].get("anchor") or {}
+            measured = before.get("tool_mcp" if key == "mcp" else key)
+            if not measured:
+                continue  # a revision from before the MCP endpoint
+            rows[key]["before"] = measured
+            rows[key]["before_text"] = f"{measured[metric]:,.1f}"
+            if key == "mcp":
+                # Its anchor is the ledger's own GraphQL path: the revision's, measured beside it.
+                anchor = before.get("tool_graphql") or {}
+            else:
+                anchor = before["call_tree_floor"] if key == "call_tree" else rows[key].get("anchor") or {}
             base = anchor.get("tps") or anchor.get("rps") or anchor.get("jobs_per_s") or anchor.get("median_ms")
             if base:
-                rows[key]["before_ratio"] = round(before[key][metric] / base, 3)
+                rows[key]["before_ratio"] = round(measured[metric] / base, 3)
     return rows
 
 

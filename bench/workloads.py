@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime
+import http.client
 import json
 import statistics
 import time
 import uuid
+from urllib.parse import urlsplit
 
 import psycopg
 
@@ -52,6 +54,67 @@ def read(server: Server, fx: Fixtures, seconds: float, stats: Statements, rt: Ro
     """`query { financial { account(id) { balance } } }`, 4 connections."""
     spec = {"url": server.url, "token": fx.token, "kind": "static",
             "body": json.dumps({"query": READ, "variables": {"id": fx.accounts[0]}})}
+    return _throughput(server, spec, seconds, stats, rt, connections, warmup, loadgen_kind)
+
+
+# tools/call in the 2025-11-25 protocol: stateless, so no initialize is needed before a request.
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+# A tool's failure is an isError result; anything else the SDK refused is a JSON-RPC error.
+MCP_ERRORS = ('"isError":true', '"error":{')
+INVOKE_READ = ("mutation($id: UUID!, $input: InvokeActionInput!) { actions { invokeAction(id: $id, input: $input)"
+               " { status invocation { output error { code message } } } } }")
+
+
+def tool_call_spec(server: Server, fx: Fixtures, via: str) -> dict:
+    """The same call of the balance tool, with a fresh executionId each time: through GraphQL
+    invokeAction, or through the bench's MCP server as tools/call."""
+    arguments = {"account_id": fx.accounts[0]}
+    if via == "graphql":
+        return {"url": server.url, "token": fx.token, "kind": "template", "body": json.dumps({
+            "query": INVOKE_READ, "variables": {"id": fx.balance_tool, "input": {
+                "executionId": "__UUID__", "input": arguments}}})}
+    return {"url": server.origin + fx.mcp_path, "token": fx.token, "kind": "template", "headers": MCP_HEADERS,
+            "error_markers": list(MCP_ERRORS), "body": json.dumps({
+                "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                    "name": "bench_balance", "arguments": arguments, "_meta": {"ledger/executionId": "__UUID__"}}},
+                separators=(",", ":"))}
+
+
+def check_tool_call(server: Server, fx: Fixtures, via: str) -> dict:
+    """One call before the load: it must answer the balance, or the row would time errors."""
+    spec = tool_call_spec(server, fx, via)
+    parts = urlsplit(spec["url"])
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    try:
+        conn.request("POST", parts.path, body=spec["body"].replace("__UUID__", str(uuid.uuid4())),
+                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {fx.token}",
+                              **spec.get("headers", {})})
+        response = conn.getresponse()
+        payload = json.loads(response.read())
+    finally:
+        conn.close()
+    if via == "graphql":
+        answer = (((payload.get("data") or {}).get("actions") or {}).get("invokeAction") or {})
+        output = (answer.get("invocation") or {}).get("output") if answer.get("status") == "SUCCEEDED" else None
+    else:
+        result = payload.get("result") or {}
+        output = result.get("structuredContent") if result.get("isError") is not True else None
+    if response.status != 200 or not isinstance(output, dict) or not isinstance(output.get("balance"), int):
+        raise RuntimeError(f"the balance tool through {via} did not answer a balance ({response.status}): {payload}")
+    return output
+
+
+def tool_call(server: Server, fx: Fixtures, via: str, seconds: float, stats: Statements, rt: RoundTrips, *,
+              connections: int = 4, warmup: float = 2.0, loadgen_kind: str = "auto") -> dict:
+    """The balance tool (one graphql() read in the sandbox, its execution recorded), called through
+    `via` ("graphql" or "mcp"), 4 connections."""
+    check_tool_call(server, fx, via)
+    spec = tool_call_spec(server, fx, via)
+    return _throughput(server, spec, seconds, stats, rt, connections, warmup, loadgen_kind)
+
+
+def _throughput(server: Server, spec: dict, seconds: float, stats: Statements, rt: RoundTrips, connections: int,
+                warmup: float, loadgen_kind: str) -> dict:
     if warmup:
         loadgen.run(spec, connections, warmup, loadgen=loadgen_kind)
     stats.reset()

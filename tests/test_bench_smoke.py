@@ -17,10 +17,14 @@ def test_bench_harness_runs_every_ledger_workload(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     rows = results["rows"]
-    assert set(rows) == {"money", "read", "call_tree", "queue", "policy"}
+    assert set(rows) == {"money", "read", "mcp", "call_tree", "queue", "policy"}
     assert rows["money"]["ledger"]["transfers"] > 0
     assert rows["money"]["ledger"]["statements_per_call"] > 0
     assert rows["read"]["ledger"]["requests"] > 0 and rows["read"]["ledger"]["errors"] == 0
+    # The read tool through MCP tools/call, beside the same call through GraphQL invokeAction.
+    assert rows["mcp"]["ledger"]["requests"] > 0 and rows["mcp"]["ledger"]["errors"] == 0
+    assert rows["mcp"]["anchor"]["requests"] > 0 and rows["mcp"]["anchor"]["errors"] == 0
+    assert rows["mcp"]["ratio"] > 0
     assert rows["call_tree"]["ledger"]["statements_per_tree"] > 0 and rows["call_tree"]["ratio"] > 0
     assert rows["queue"]["ledger"]["failed"] == 0 and rows["queue"]["ledger"]["jobs_per_s"] > 0
     assert rows["policy"]["ledger"]["p99_us"] > 0
@@ -28,4 +32,4 @@ def test_bench_harness_runs_every_ledger_workload(tmp_path):
     # Without the anchors, their rows say so instead of a ratio.
     assert "not measured" in rows["read"]["anchor_text"]
     table = (tmp_path / "results.md").read_text()
-    assert "| call tree" in table and "policy" in table
+    assert "| call tree" in table and "policy" in table and "MCP `tools/call`" in table
