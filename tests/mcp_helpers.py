@@ -102,6 +102,11 @@ class _Querying:
     def query(self, document: str, variables: dict | None = None, **options: Any) -> dict:
         return self.api.gql(document, variables)
 
+    def response(self, document: str, variables: dict | None = None, **options: Any) -> dict:
+        body = self.api.post(document, variables).json()
+        assert "errors" not in body, body
+        return {"data": body["data"], "extensions": body.get("extensions") or {}}
+
 
 def publish_examples(api) -> None:
     publish(_Querying(api), [EXAMPLES])
