@@ -239,6 +239,24 @@ def test_openai_garbage_answer_is_model_response_invalid(server):
         openai_provider(server).complete(ModelRequest(model="m", messages=(UserMessage("x"),)))
 
 
+def test_a_wait_that_would_outlast_the_deadline_is_action_response_timeout(server):
+    import time
+
+    from ledger.models import ModelDeadline
+
+    server.queue(429, {"error": {"message": "busy"}}, {"retry-after": "3"})
+    sleeps = Sleeps()
+    with pytest.raises(ModelDeadline, match="after 1 attempt") as failure:
+        openai_provider(server, sleeps).complete(ModelRequest(model="m", messages=(UserMessage("x"),),
+                                                              deadline=time.monotonic() + 1.0))
+    assert failure.value.code == "action_response_timeout" and "Request-Timeout" in failure.value.hint
+    assert (len(server.seen), sleeps) == (1, [])
+    with pytest.raises(ModelDeadline):
+        openai_provider(server).complete(ModelRequest(model="m", messages=(UserMessage("x"),),
+                                                      deadline=time.monotonic() - 1))
+    assert len(server.seen) == 1  # a passed deadline sends nothing
+
+
 # ---------------------------------------------------------------------------------- anthropic
 
 def test_anthropic_parses_two_tool_calls_and_usage_and_sends_tools(server):
@@ -473,12 +491,15 @@ def test_openai_strict_keeps_what_a_schema_accepts_or_reports_each_problem():
     nested = {"type": "object", "properties": {"legs": {"type": "array", "items": {
         "type": "object", "properties": {"kind": {"enum": ["debit", "credit"]}, "n": {"$ref": "#/$defs/n"}},
         "required": ["n"]}}}, "$defs": {"n": {"type": "integer", "minimum": 0}}}
-    converted, problems = openai_strict(nested)
-    assert problems == []
-    assert converted["properties"]["legs"] == {"anyOf": [{"type": "array", "items": {
+    assert openai_strict(nested) == ({
         "type": "object",
-        "properties": {"kind": {"anyOf": [{"enum": ["debit", "credit"]}, {"type": "null"}]}, "n": {"$ref": "#/$defs/n"}},
-        "required": ["kind", "n"], "additionalProperties": False}}, {"type": "null"}]} or converted["properties"]["legs"]["type"] == ["array", "null"]
+        "properties": {"legs": {"type": ["array", "null"], "items": {
+            "type": "object",
+            "properties": {"kind": {"anyOf": [{"enum": ["debit", "credit"]}, {"type": "null"}]},
+                           "n": {"$ref": "#/$defs/n"}},
+            "required": ["kind", "n"], "additionalProperties": False}}},
+        "$defs": {"n": {"type": "integer", "minimum": 0}},
+        "required": ["legs"], "additionalProperties": False}, [])
     _, problems = openai_strict({"type": "object", "properties": {
         "tags": {"type": "object", "additionalProperties": {"type": "string"}},
         "either": {"allOf": [{"type": "string"}]}}})
