@@ -192,7 +192,7 @@ def test_openai_429_then_success_is_retried_unseen(server):
     assert sleeps == [1.0]  # the server's Retry-After, under the cap
 
 
-def test_openai_three_500s_are_model_unavailable_without_the_key_the_body_echoes(server):
+def test_openai_three_500s_are_model_unavailable_without_the_key_the_body_echoes(server, caplog):
     for _ in range(3):
         server.queue(500, {"error": {"message": f"internal error for key {KEY} (Authorization: Bearer {KEY})",
                                      "type": "server_error"}})
@@ -205,6 +205,9 @@ def test_openai_three_500s_are_model_unavailable_without_the_key_the_body_echoes
     assert "failed 3 times" in message and "HTTP 500" in message and "internal error for key" in message
     assert KEY not in message and KEY[:8] not in message and "0123456789" not in message
     assert failure.value.code == "model_unavailable" and failure.value.hint
+    retries = [r.getMessage() for r in caplog.records if r.name == "ledger.models"]
+    assert len(retries) == 2 and "attempt 1 of 3 failed" in retries[0]
+    assert all(KEY not in r and "0123456789" not in r for r in retries)
 
 
 def test_openai_timeouts_are_retried_then_model_unavailable(server):

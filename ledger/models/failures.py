@@ -13,6 +13,7 @@ the runtime's retries of transient failures.
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import time
@@ -22,6 +23,7 @@ from typing import Callable, Iterable, TypeVar
 from ..errors import LedgerError
 
 T = TypeVar("T")
+log = logging.getLogger("ledger.models")
 
 ATTEMPTS = 3
 BACKOFF_BASE = 0.5
@@ -113,6 +115,9 @@ def with_retries(attempt: Callable[[float | None], T], *, provider: str, deadlin
             wait = backoff(n, exc.retry_after)
             if deadline is not None and clock() + wait >= deadline:
                 raise _deadline(provider, n, last) from None
+            # The model never sees a retried failure; the operator does (the detail is already scrubbed).
+            log.warning("model provider %r: attempt %d of %d failed (%s); retrying in %.2f s",
+                        provider, n, ATTEMPTS, exc.detail, wait)
             sleep(wait)
     assert last is not None
     raise ModelUnavailable(
