@@ -536,3 +536,16 @@ def test_dialect_problems_for_gemini_and_mcp():
     assert dialect_problems({"type": "array", "items": {"type": "string"}})[0] == {
         "client": "mcp", "path": "/", "message": "the input schema's root must be an object (type: object)"}
     assert dialect_problems(TRANSFER_SCHEMA) == []
+
+
+def test_open_services_carries_the_providers_of_the_models_file(settings, db_url, tmp_path):
+    from ledger.wiring import open_services
+
+    (tmp_path / "agent.json").write_text('[{"text": "from the script"}]')
+    settings.models_file = models_file(tmp_path, '[test]\ntype = "scripted"\nscript = "agent.json"\n')
+    services = open_services(settings, db_url)
+    try:
+        provider = services.models.for_tenant("test", uuid.uuid4())
+        assert provider.complete(ModelRequest(model="m", messages=(UserMessage("x"),))).text == "from the script"
+    finally:
+        services.close()

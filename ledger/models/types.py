@@ -3,6 +3,7 @@ adapter converts to and from its wire format (DESIGN 13). Nothing here knows a p
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Union
 
@@ -115,6 +116,5 @@ class ModelProvider(Protocol):
 
 
 def as_json_text(value: Any) -> str:
-    import json
-
+    """JSON as the adapters send and compare it: compact, non-ASCII kept."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
