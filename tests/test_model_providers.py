@@ -549,3 +549,23 @@ def test_open_services_carries_the_providers_of_the_models_file(settings, db_url
         assert provider.complete(ModelRequest(model="m", messages=(UserMessage("x"),))).text == "from the script"
     finally:
         services.close()
+
+
+def test_a_refused_connection_is_retried_then_model_unavailable():
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sleeps = Sleeps()
+    provider = OpenAIProvider("local", base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, sleep=sleeps)
+    with pytest.raises(ModelUnavailable, match="could not connect"):
+        provider.complete(ModelRequest(model="m", messages=(UserMessage("x"),)))
+    assert len(sleeps) == 2
+
+
+def test_openai_with_strict_false_sends_schemas_as_they_are(server):
+    server.queue(200, chat_completion({"role": "assistant", "content": "ok"}, "stop"))
+    openai_provider(server, strict=False).complete(ModelRequest(model="m", messages=(UserMessage("x"),), tools=TOOLS[:1]))
+    assert server.seen[0].body["tools"] == [{"type": "function", "function": {
+        "name": "transfer", "description": "Move money between two accounts.", "parameters": TRANSFER_SCHEMA}}]
