@@ -184,7 +184,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     from .api import graphiql
     from .logs import logging_config
+    from .models import load_models
 
+    # Before anything starts: an invalid models file is an error naming the file and key, not a
+    # traceback from the server's factory.
+    load_models(settings.models_file)
     attached = attach(settings)
     # uvicorn shuts down gracefully on SIGTERM and then raises the signal again: handle it, so that the
     # `finally` below still runs (closing the services and the embedded cluster) instead of the
@@ -198,6 +202,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         # The app reads its settings again (uvicorn's factory): the MCP endpoint's allowed hosts default
         # to the host and port served.
         os.environ["LEDGER_HOST"], os.environ["LEDGER_PORT"] = settings.host, str(settings.port)
+        if settings.models_file is not None:
+            os.environ["LEDGER_MODELS"] = str(settings.models_file.resolve())
         metrics_dir = _multiprocess_metrics(args.workers)
         graphiql.ensure_assets(settings)  # in the background, when no cache holds them
         if settings.embedded:
@@ -270,11 +276,13 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     import signal
     import threading
 
+    from .models import load_models
     from .queue.worker import Worker
     from .wiring import open_services
 
+    models = load_models(settings.models_file)  # an invalid file stops the worker before it attaches
     attached = attach(settings)
-    services = open_services(settings, attached.conninfo)
+    services = open_services(settings, attached.conninfo, models)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -323,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=1, help="server processes (default 1)")
     serve.add_argument("--no-worker", action="store_true", help="do not run an in-process queue worker")
     serve.add_argument("--log-level", default="info")
+    serve.add_argument("--models", help=MODELS_HELP)
     serve.set_defaults(func=cmd_serve)
 
     worker = sub.add_parser("worker", parents=[common], help="run a queue worker (scale-out)")
@@ -330,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--metrics-port", type=int, help="serve Prometheus metrics at /metrics on this port "
                         "(of --host, default 127.0.0.1); none by default")
     worker.add_argument("--host", help="the address --metrics-port listens on (env LEDGER_HOST, default 127.0.0.1)")
+    worker.add_argument("--models", help=MODELS_HELP)
     worker.set_defaults(func=cmd_worker)
 
     migrate = sub.add_parser("migrate", parents=[common], help="apply pending migrations")
@@ -367,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+MODELS_HELP = "the model providers' TOML file (env LEDGER_MODELS; README \"Agents\"); none by default"
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
     settings = Settings()
     if getattr(args, "database_url", None):
@@ -377,6 +390,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         settings.host = args.host
     if getattr(args, "port", None):
         settings.port = args.port
+    if getattr(args, "models", None):
+        settings.models_file = Path(args.models)
     return settings
 
 

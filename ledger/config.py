@@ -67,6 +67,10 @@ class Settings:
     # `name:*` for any port, `*` for no check (behind a proxy that checks). Default: the host served.
     mcp_allowed_hosts: str | None = field(default_factory=lambda: os.environ.get("LEDGER_MCP_ALLOWED_HOSTS"))
 
+    # The model providers (DESIGN 13): a TOML file, read once per process; none configured without it.
+    models_file: Path | None = field(default_factory=lambda: Path(os.environ["LEDGER_MODELS"])
+                                     if os.environ.get("LEDGER_MODELS") else None)
+
     def mcp_hosts(self) -> list[str]:
         if self.mcp_allowed_hosts and self.mcp_allowed_hosts.strip():
             return [h.strip() for h in self.mcp_allowed_hosts.split(",") if h.strip()]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import Settings
 from .db.pool import Database
+from .models import ModelProviders
 from .runtime import ExecutorPool
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ class Services:
     execution_ids: ChildIds
     graphql: GraphQLRunner
     analyze_program: ProgramAnalyzer | None = None
+    # The model providers of the models file (`settings.models_file`), for agents and model tools.
+    models: ModelProviders = field(default_factory=ModelProviders.empty)
     # The sandbox executor processes (`settings.executors` of them), started on the first program run.
     _executor_pool: ExecutorPool | None = field(default=None, init=False, repr=False)
     _executor_pool_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)

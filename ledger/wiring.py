@@ -20,18 +20,22 @@ from .auth.tokens import TokenService, load_signing_key
 from .config import Settings
 from .db.pool import Database
 from .executions.ids import ExecutionIds
+from .models import ModelProviders, load_models
 from .queue.worker import Worker
 from .services import Services
 
 
-def open_services(settings: Settings, conninfo: str) -> Services:
+def open_services(settings: Settings, conninfo: str, models: ModelProviders | None = None) -> Services:
     metrics.configure(per_action=settings.metrics_per_action)
+    # First: an invalid models file stops the process before it opens anything.
+    models = load_models(settings.models_file) if models is None else models
     secret = load_signing_key(conninfo)
     db = Database.open(conninfo, min_size=settings.pool_min, max_size=settings.pool_max,
                        wait_timeout=settings.pool_wait, max_waiting=settings.pool_queue)
     return Services(
         settings=settings, db=db, tokens=TokenService(secret), execution_ids=ExecutionIds.from_secret(secret),
         graphql=GraphQLDocuments(schema), analyze_program=partial(analyze_program, schema=schema._schema),
+        models=models,
     )
 
 
