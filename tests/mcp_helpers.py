@@ -12,14 +12,17 @@ from typing import Any, Awaitable, Callable
 
 import anyio
 import httpx2
+import pytest
 import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from helpers import create_account, transfer
 from live_helpers import EXAMPLES
 
 from ledger.api.http import build_app
 from ledger.client.publish import publish
+from ledger.config import Settings
 
 CREATE_SERVER = """mutation($id: UUID!, $input: McpServerInput!) { mcpServers {
   createMcpServer(id: $id, input: $input) { id name path } } }"""
@@ -146,3 +149,34 @@ def count_rows(db_url: str, table: str) -> int:
 
     with psycopg.connect(db_url) as conn:
         return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+# ---------------------------------------------------------------------------- fixtures
+# A test module takes these by importing them: `from mcp_helpers import examples, served, settings`.
+
+
+@pytest.fixture
+def settings(db_url, tmp_path) -> Settings:
+    # The real server listens on 127.0.0.1 (any port); TestClient's requests name the host "testserver".
+    return Settings(database_url=db_url, data_dir=tmp_path / "data", pool_min=1, pool_max=10,
+                    mcp_allowed_hosts="127.0.0.1:*,testserver")
+
+
+@pytest.fixture
+def served(services):
+    with running_server(services) as url:
+        yield url
+
+
+@pytest.fixture
+def examples(api):
+    publish_examples(api)
+    return api
+
+
+def funded_accounts(api) -> tuple[str, str]:
+    """A funded payer and an empty payee."""
+    opening = create_account(api, "opening", overdraft=True)
+    payer, payee = create_account(api, "payer"), create_account(api, "payee")
+    transfer(api, opening, payer, 10_000)
+    return payer, payee

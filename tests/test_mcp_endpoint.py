@@ -11,13 +11,13 @@ import uuid
 import httpx
 import pytest
 
-from helpers import balance, create_account, transfer
+from helpers import balance, create_account
 from live_helpers import GET_ACCOUNT_ACTIVITY, TRANSFER
 from mcp_helpers import (DELETE_SERVER, EVERYTHING, READ_ONLY, UPDATE_SERVER, call_tool, count_rows, create_client,
-                         create_server, execution, list_tools, publish_examples, reference, running_server,
+                         create_server, execution, funded_accounts, list_tools, publish_examples, reference,
                          with_client)
+from mcp_helpers import examples, served, settings  # noqa: F401  (fixtures)
 
-from ledger.config import Settings
 
 ACTIVITY = reference("get_account_activity")
 TRANSFER_REF = reference("transfer")
@@ -25,35 +25,8 @@ WRITES = [{"effect": "ALLOW", "actions": ["SELECT", "INSERT", "UPDATE", "DELETE"
            "resources": ["financial.*"]}]
 
 
-@pytest.fixture
-def settings(db_url, tmp_path) -> Settings:
-    # The real server listens on 127.0.0.1 (any port); TestClient's requests name the host "testserver".
-    return Settings(database_url=db_url, data_dir=tmp_path / "data", pool_min=1, pool_max=10,
-                    mcp_allowed_hosts="127.0.0.1:*,testserver")
-
-
-@pytest.fixture
-def served(services):
-    with running_server(services) as url:
-        yield url
-
-
-@pytest.fixture
-def examples(api):
-    publish_examples(api)
-    return api
-
-
 def url_of(served: str, name: str) -> str:
     return f"{served}/mcp/{name}"
-
-
-def money(api) -> tuple[str, str]:
-    """A funded payer and an empty payee."""
-    opening = create_account(api, "opening", overdraft=True)
-    payer, payee = create_account(api, "payer"), create_account(api, "payee")
-    transfer(api, opening, payer, 10_000)
-    return payer, payee
 
 
 # ---------------------------------------------------------------------------- tools/list
@@ -112,7 +85,7 @@ def test_annotations_follow_the_client_the_server_and_the_tool(served, examples)
 
 
 def test_fixed_properties_are_not_in_the_listed_schema(served, examples):
-    payer, payee = money(examples)
+    payer, payee = funded_accounts(examples)
     create_server(examples, "payroll", [reference("transfer", input={"from_account": payer, "memo": "payroll"})],
                   EVERYTHING)
     (tool,) = list_tools(url_of(served, "payroll"), examples.token)
@@ -141,7 +114,7 @@ def test_the_server_s_instructions_reach_the_initialize_result(served, examples)
 
 
 def test_a_call_answers_structured_content_and_records_the_execution(served, examples):
-    payer, payee = money(examples)
+    payer, payee = funded_accounts(examples)
     server_id = create_server(examples, "desk", [TRANSFER_REF], EVERYTHING)
     transfer_id = str(uuid.uuid4())
     arguments = {"transfer_id": transfer_id, "from_account": payer, "to_account": payee, "amount": 250}
@@ -157,7 +130,7 @@ def test_a_call_answers_structured_content_and_records_the_execution(served, exa
 
 
 def test_a_call_over_the_2025_11_25_handshake_works_too(served, examples):
-    payer, _ = money(examples)
+    payer, _ = funded_accounts(examples)
     create_server(examples, "desk", [ACTIVITY], READ_ONLY)
     result = call_tool(url_of(served, "desk"), examples.token, "get_account_activity", {"account_id": payer},
                        mode="legacy")
@@ -190,7 +163,7 @@ def test_a_non_object_output_is_wrapped_as_result(served, examples):
 def test_transfer_through_a_server_without_insert_fails_naming_the_server_and_moves_nothing(
         served, examples, token_of):
     api = examples
-    payer, payee = money(api)
+    payer, payee = funded_accounts(api)
     server_id = create_server(api, "viewer", [TRANSFER_REF], READ_ONLY)
     token = api.token if token_of == "admin" else create_client(api, "writer", WRITES)
     arguments = {"transfer_id": str(uuid.uuid4()), "from_account": payer, "to_account": payee, "amount": 100}
@@ -206,7 +179,7 @@ def test_transfer_through_a_server_without_insert_fails_naming_the_server_and_mo
 
 
 def test_fixed_properties_cannot_be_overridden(served, examples):
-    payer, payee = money(examples)
+    payer, payee = funded_accounts(examples)
     other = create_account(examples, "other")
     create_server(examples, "payroll", [reference("transfer", input={"from_account": payer})], EVERYTHING)
     arguments = {"transfer_id": str(uuid.uuid4()), "from_account": other, "to_account": payee, "amount": 100}
@@ -218,7 +191,7 @@ def test_fixed_properties_cannot_be_overridden(served, examples):
 
 
 def test_repeating_an_execution_id_returns_the_recorded_outcome_and_writes_once(served, examples, db_url):
-    payer, payee = money(examples)
+    payer, payee = funded_accounts(examples)
     create_server(examples, "desk", [TRANSFER_REF], EVERYTHING)
     execution_id = str(uuid.uuid4())
     arguments = {"transfer_id": str(uuid.uuid4()), "from_account": payer, "to_account": payee, "amount": 300}
@@ -233,7 +206,7 @@ def test_repeating_an_execution_id_returns_the_recorded_outcome_and_writes_once(
 
 
 def test_an_execution_id_repeated_with_other_arguments_is_a_conflict(served, examples):
-    payer, payee = money(examples)
+    payer, payee = funded_accounts(examples)
     create_server(examples, "desk", [TRANSFER_REF], EVERYTHING)
     execution_id = str(uuid.uuid4())
     arguments = {"transfer_id": str(uuid.uuid4()), "from_account": payer, "to_account": payee, "amount": 300}
@@ -246,7 +219,7 @@ def test_an_execution_id_repeated_with_other_arguments_is_a_conflict(served, exa
 
 
 def test_a_preview_answers_as_a_call_and_leaves_nothing(served, examples, db_url):
-    payer, payee = money(examples)
+    payer, payee = funded_accounts(examples)
     create_server(examples, "desk", [TRANSFER_REF], EVERYTHING)
     execution_id = str(uuid.uuid4())
     arguments = {"transfer_id": str(uuid.uuid4()), "from_account": payer, "to_account": payee, "amount": 300}
@@ -288,7 +261,7 @@ def test_a_session_tool_answers_its_session_and_a_preview_leaves_no_session(serv
 
 
 def test_a_failed_call_commits_its_record_with_the_error(served, examples):
-    payer, payee = money(examples)
+    payer, payee = funded_accounts(examples)
     create_server(examples, "desk", [TRANSFER_REF], EVERYTHING)
     arguments = {"transfer_id": str(uuid.uuid4()), "from_account": payer, "to_account": payee, "amount": 99_999}
     result = call_tool(url_of(served, "desk"), examples.token, "transfer", arguments)
@@ -484,7 +457,7 @@ def test_metrics_count_requests_by_method_and_outcome_without_server_names(serve
 
 
 def test_each_call_logs_one_line_naming_its_execution_id(served, examples, desk, caplog):
-    payer, _ = money(examples)
+    payer, _ = funded_accounts(examples)
     with caplog.at_level("INFO", logger="ledger.mcp"):
         result = call_tool(url_of(served, "desk"), examples.token, "get_account_activity", {"account_id": payer})
     lines = [r for r in caplog.records if r.name == "ledger.mcp" and getattr(r, "method", None) == "tools/call"]

@@ -7,16 +7,14 @@ from __future__ import annotations
 import time
 import uuid
 
-import pytest
-
 from helpers import balance, create_account, transfer
 from test_invoke_limits import chain_of_tools
 from live_helpers import TRANSFER
-from mcp_helpers import (EVERYTHING, UPDATE_SERVER, call_tool, count_rows, create_client, create_server,
-                         list_tools, publish_examples, reference, running_server)
+from mcp_helpers import (EVERYTHING, UPDATE_SERVER, call_tool, count_rows, create_client, create_server, list_tools,
+                         reference)
+from mcp_helpers import examples, served, settings  # noqa: F401  (fixtures)
 
 from ledger.actions.natives import CEL_ID, GRAPHQL_ID, INVOKE_ID, PROGRAM_ID
-from ledger.config import Settings
 
 TREE = """query($id: UUID!) { actions { execution(id: $id) {
   executionId actionId status rolledBack mcpServerId startedBy { executionId }
@@ -26,24 +24,6 @@ TREE = """query($id: UUID!) { actions { execution(id: $id) {
 TRANSFERS = """query($id: UUID!) { financial { transfers(accountId: $id, first: 50) { id amount } } }"""
 # A server that lets its callers do anything (the tools' own layers still narrow), and cancel tasks.
 NATIVES = [reference("invoke"), reference("get_task"), reference("cancel_task"), reference("program")]
-
-
-@pytest.fixture
-def settings(db_url, tmp_path) -> Settings:
-    return Settings(database_url=db_url, data_dir=tmp_path / "data", pool_min=1, pool_max=10,
-                    mcp_allowed_hosts="127.0.0.1:*,testserver")
-
-
-@pytest.fixture
-def served(services):
-    with running_server(services) as url:
-        yield url
-
-
-@pytest.fixture
-def examples(api):
-    publish_examples(api)
-    return api
 
 
 def worker_for(services):

@@ -8,20 +8,14 @@ import uuid
 
 import pytest
 
-from helpers import balance, create_account, transfer
-from mcp_helpers import EVERYTHING, READ_ONLY, create_client, create_server, execution, publish_examples, reference, \
-    running_server
+from helpers import balance
+from mcp_helpers import (EVERYTHING, READ_ONLY, create_client, create_server, execution, funded_accounts, reference,
+                         running_server)
+from mcp_helpers import examples, settings  # noqa: F401  (fixtures)
 from mcp_ts_helpers import run_ts_client, sdk_modules
 
-from ledger.config import Settings
 
 ACTIVITY, TRANSFER_REF = reference("get_account_activity"), reference("transfer")
-
-
-@pytest.fixture
-def settings(db_url, tmp_path) -> Settings:
-    return Settings(database_url=db_url, data_dir=tmp_path / "data", pool_min=1, pool_max=10,
-                    mcp_allowed_hosts="127.0.0.1:*")
 
 
 @pytest.fixture
@@ -29,19 +23,6 @@ def served(services):
     sdk_modules()  # installed (or skipped) before the server starts, so its time is not the server's
     with running_server(services) as url:
         yield url
-
-
-@pytest.fixture
-def examples(api):
-    publish_examples(api)
-    return api
-
-
-def funded(api) -> tuple[str, str]:
-    opening = create_account(api, "opening", overdraft=True)
-    payer, payee = create_account(api, "payer"), create_account(api, "payee")
-    transfer(api, opening, payer, 10_000)
-    return payer, payee
 
 
 def test_the_typescript_client_lists_the_tools_with_their_annotations(served, examples):
@@ -59,7 +40,7 @@ def test_the_typescript_client_lists_the_tools_with_their_annotations(served, ex
 
 
 def test_the_typescript_client_calls_a_read_tool_and_gets_structured_content(served, examples):
-    payer, _ = funded(examples)
+    payer, _ = funded_accounts(examples)
     server_id = create_server(examples, "viewer", [ACTIVITY], READ_ONLY)
     execution_id = str(uuid.uuid4())
     report = run_ts_client(f"{served}/mcp/viewer", examples.token, [
@@ -77,7 +58,7 @@ def test_the_typescript_client_calls_a_read_tool_and_gets_structured_content(ser
 
 
 def test_the_typescript_client_sees_a_refused_call_as_an_error_result_and_no_money_moves(served, examples):
-    payer, payee = funded(examples)
+    payer, payee = funded_accounts(examples)
     create_server(examples, "viewer", [TRANSFER_REF], READ_ONLY)
     writer = create_client(examples, "writer", EVERYTHING)
     report = run_ts_client(f"{served}/mcp/viewer", writer, [
