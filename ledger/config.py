@@ -58,6 +58,10 @@ class Settings:
     metrics_per_action: bool = field(default_factory=lambda: os.environ.get("LEDGER_METRICS_PER_ACTION") == "1")
     metrics_token: str | None = field(default_factory=lambda: os.environ.get("LEDGER_METRICS_TOKEN") or None)
 
+    # Called agents (DESIGN 13) that may hold a request's transaction at once, per tenant, across every
+    # process on the database; more fail at once with `retryable`.
+    agent_calls_per_tenant: int = field(default_factory=lambda: _env_int("LEDGER_AGENT_CALLS_PER_TENANT", 2))
+
     # Queue workers: attempts run at once per worker process.
     worker_concurrency: int = field(default_factory=lambda: _env_int("LEDGER_WORKER_CONCURRENCY", 4))
     # How long a claim holds without a heartbeat: a dead worker's work is retried after this.

@@ -2,8 +2,9 @@
 
 `graphql` and `cel` can be called like any tool and be the kind of an action. `program`, `invoke`,
 `get_task` and `cancel_task` act for an MCP server's caller: only a server may list them, and nobody
-invokes or starts them directly. `read_result` and `model_call` (for agents) are reserved names and ids
-only, until agents exist.
+invokes or starts them directly. `read_result` and `model_call` act for an agent's turn (DESIGN 13): the
+turn records its model calls and its reads of offloaded results as their executions; nobody lists,
+invokes or starts them.
 """
 
 from __future__ import annotations
@@ -92,6 +93,35 @@ TASK_OUTPUT = {
     "required": ["taskId", "status"],
 }
 
+READ_RESULT_INPUT = {
+    "type": "object",
+    "properties": {
+        "executionId": {"type": "string", "description": "The $offloaded id of one of this turn's tool results."},
+        "path": {"type": "string", "description": "A JSON pointer into the result (e.g. /items/0); the whole "
+                 "result when omitted."},
+        "offset": {"type": "integer", "minimum": 0, "description": "The first item (array) or character "
+                   "(string) to return."},
+        "limit": {"type": "integer", "minimum": 0, "description": "How many items or characters to return."},
+    },
+    "required": ["executionId"],
+    "additionalProperties": False,
+}
+MODEL_CALL_INPUT = {
+    "type": "object",
+    "properties": {
+        "provider": {"type": "string"}, "model": {"type": "string"}, "toolChoice": {"type": "string"},
+        "tools": {"type": "array", "items": {"type": "string"}}, "messages": {"type": "array"},
+    },
+    "required": ["provider", "model", "messages"],
+}
+MODEL_CALL_OUTPUT = {
+    "type": "object",
+    "properties": {
+        "stopReason": {"type": "string"}, "usage": {"type": "object"}, "latencyMs": {"type": "integer"},
+        "attempts": {"type": "integer"}, "messages": {"type": "array"}, "ignoredToolCalls": {"type": "array"},
+    },
+}
+
 NATIVE_TOOLS = {
     "graphql": {
         "id": GRAPHQL_ID,
@@ -145,6 +175,25 @@ NATIVE_TOOLS = {
         "outputSchema": TASK_OUTPUT,
         "layer": Layer("native tool \"cancel_task\" v1", ()),
     },
+    # The natives below act for an agent's turn (DESIGN 13): the turn runs them, adding no tool level and
+    # no layer; each layer denies everything, like the server natives'.
+    "read_result": {
+        "id": READ_RESULT_ID,
+        "description": "Reads a tool result of this turn that reached you offloaded ({\"$offloaded\": id, "
+                       "\"preview\": ...}): the whole value, or the part at a JSON pointer `path`, with `offset` "
+                       "and `limit` for an array or a string. Returns the bare value.",
+        "inputSchema": READ_RESULT_INPUT,
+        "outputSchema": None,
+        "layer": Layer("native tool \"read_result\" v1", ()),
+    },
+    "model_call": {
+        "id": MODEL_CALL_ID,
+        "description": "One request of an agent's turn to its model: the provider, the model, the new messages "
+                       "of the request and the response, the stop reason, the token usage and the latency.",
+        "inputSchema": MODEL_CALL_INPUT,
+        "outputSchema": MODEL_CALL_OUTPUT,
+        "layer": Layer("native tool \"model_call\" v1", ()),
+    },
 }
 NATIVE_BY_ID = {spec["id"]: name for name, spec in NATIVE_TOOLS.items()}
 
@@ -152,12 +201,12 @@ NATIVE_BY_ID = {spec["id"]: name for name, spec in NATIVE_TOOLS.items()}
 NATIVE_KINDS = frozenset({"graphql", "cel"})
 # The natives that only an MCP server may list.
 SERVER_NATIVES = frozenset({"program", "invoke", "get_task", "cancel_task"})
-# Reserved for agents (DESIGN 13): names and ids only, no record yet.
+# The natives an agent's turn runs for itself (DESIGN 13).
 AGENT_NATIVES = {"read_result": READ_RESULT_ID, "model_call": MODEL_CALL_ID}
 # Natives that act for their caller: never invoked or started directly (`action_not_callable`).
 ACTS_FOR_CALLER = SERVER_NATIVES | frozenset(AGENT_NATIVES)
-RESERVED_NAMES = frozenset(NATIVE_TOOLS) | frozenset(AGENT_NATIVES)
-RESERVED_IDS = frozenset(NATIVE_BY_ID) | frozenset(AGENT_NATIVES.values())
+RESERVED_NAMES = frozenset(NATIVE_TOOLS)
+RESERVED_IDS = frozenset(NATIVE_BY_ID)
 
 
 def native_record(name: str) -> dict:
@@ -166,7 +215,9 @@ def native_record(name: str) -> dict:
         "action_id": spec["id"], "version": 1, "latest_version": 1, "name": name,
         "description": spec["description"], "kind": name, "config": {"version": 1},
         "tool": {"name": name, "description": spec["description"], "inputSchema": spec["inputSchema"],
-                 "outputSchema": spec["outputSchema"], "output": {"offload": "AUTO"}, "session": False},
+                 "outputSchema": spec["outputSchema"],
+                 # read_result's own results are never offloaded (DESIGN 13).
+                 "output": {"offload": "NEVER" if name == "read_result" else "AUTO"}, "session": False},
         "policies": [], "tools": [], "execution": {"maxAttempts": 3, "backoffSeconds": 1.0},
         "status": "ACTIVE", "pending": None, "enabled": True, "native": True, "created_at": NATIVE_CREATED_AT,
     }

@@ -16,6 +16,7 @@ from ..errors import LedgerError
 from ..policy.cel import CelError, compile_expression_check
 from ..policy.statements import parse_policies
 from .natives import AGENT_NATIVES, NATIVE_KINDS, NATIVE_TOOLS, RESERVED_NAMES, SERVER_NATIVES
+from .agent_config import check_agent_config
 from .schemas import schema_problems
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -25,8 +26,10 @@ DEFAULT_RESPONSE_TIMEOUT_MS = 30_000
 MAX_ATTEMPTS_LIMIT = 100
 KINDS_WITH_TOOL_BLOCK = {"tool", "agent"} | set(NATIVE_KINDS)
 KINDS_WITH_TOOLS = {"tool", "agent"}
-SUPPORTED_KINDS = ("tool", "graphql", "cel")
+SUPPORTED_KINDS = ("tool", "graphql", "cel", "agent")
+KINDS_WITH_SESSIONS = {"tool", "agent"}
 OFFLOAD_MODES = ("AUTO", "NEVER")
+AGENT_LISTABLE_NATIVES = frozenset(NATIVE_KINDS)
 DEFAULT_EXECUTION = {"maxAttempts": 3, "backoffSeconds": 1.0}
 
 
@@ -102,8 +105,7 @@ def validate_definition(
     kind = doc.get("kind")
     check_name(name, problems, keeps=current_name)
     if kind not in SUPPORTED_KINDS:
-        hint = " (agents come in a later release)" if kind == "agent" else ""
-        problems.add("kind", f"unknown kind {kind!r}; use one of {', '.join(SUPPORTED_KINDS)}{hint}")
+        problems.add("kind", f"unknown kind {kind!r}; use one of {', '.join(SUPPORTED_KINDS)}")
     description = doc.get("description")
     if description is not None and not isinstance(description, str):
         problems.add("description", "must be a string")
@@ -121,7 +123,11 @@ def validate_definition(
     if references and kind not in KINDS_WITH_TOOLS:
         problems.add("tools", f"a {kind} action cannot reference tools; only tool and agent actions can")
         references = []
-    normalized_refs, tool_names = check_references(references, lookup, problems, origin=action_id, walk=walk)
+    # An agent may call graphql and cel only when it lists them (DESIGN 13); a program calls them as
+    # graphql() and cel() without a reference.
+    normalized_refs, tool_names = check_references(references, lookup, problems, origin=action_id, walk=walk,
+                                                   listable_natives=AGENT_LISTABLE_NATIVES if kind == "agent"
+                                                   else frozenset())
 
     if kind == "tool" and config is not None and not any(p["path"].startswith("config") for p in problems.items):
         source = config["src"]
@@ -194,8 +200,8 @@ def _check_tool_block(kind: Any, block: Any, problems: Problems) -> dict | None:
                                 or not 1 <= timeout <= MAX_RESPONSE_TIMEOUT_MS):
         problems.add("tool.responseTimeout", f"must be 1 to {MAX_RESPONSE_TIMEOUT_MS} milliseconds (300 s)")
     session = bool(block.get("session"))
-    if session and kind != "tool":
-        problems.add("tool.session", "only a tool action can have sessions")
+    if session and kind not in KINDS_WITH_SESSIONS:
+        problems.add("tool.session", "only a tool or an agent action can have sessions")
     return {
         "name": name, "description": block.get("description"), "inputSchema": input_schema,
         "outputSchema": output_schema, "output": {"offload": offload}, "responseTimeout": timeout,
@@ -257,6 +263,8 @@ def _check_config(kind: Any, config: Any, problems: Problems) -> dict | None:
         if any(p["path"].startswith("config") for p in problems.items):
             return None
         return {"runtime": "starlark", "src": src}
+    if kind == "agent":
+        return check_agent_config(config, problems.add)
     if kind in NATIVE_KINDS:
         if config is None:
             return {"version": 1}
@@ -375,8 +383,11 @@ def _native_refused(name: str) -> str:
     if name in SERVER_NATIVES:
         return (f"{name!r} acts for an MCP server's caller: only an MCP server can list it (createMcpServer); "
                 "remove it from this action's tools")
+    if name == "read_result":
+        return ("'read_result' is given to every agent that has a tool with output.offload AUTO; remove the "
+                "reference")
     if name in AGENT_NATIVES:
-        return f"{name!r} is reserved for agents, which come in a later release; remove the reference"
+        return f"{name!r} is an agent turn's own record of a model request; remove the reference"
     return f"{name!r} is native: call `{name}()` in the program instead of referencing it"
 
 

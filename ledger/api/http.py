@@ -23,6 +23,7 @@ from starlette.routing import Route
 from ..auth.clients import client_layer, load_principal, principal_query
 from ..db.retry import retry_lost_races
 from ..errors import LedgerError, Retryable, Unauthenticated
+from ..executions.tree import model_was_called, not_rerun_hint
 from ..policy.chain import Chain
 from ..scope import Scope
 from ..services import Services
@@ -145,20 +146,29 @@ class GraphQLEndpoint:
 
     def execute(self, claims, query: str, variables: dict | None, operation_name: str | None,
                 deadline: float, dry_run: bool) -> tuple[dict, int]:
+        attempts: list[dict] = []
+
+        def once() -> tuple[dict, int]:
+            attempts.append({})  # the attempt's request_state: whether it called a model
+            return self._execute_once(claims, query, variables, operation_name, deadline, dry_run, attempts[-1])
+
         try:
-            payload, status = retry_lost_races(
-                lambda: self._execute_once(claims, query, variables, operation_name, deadline, dry_run),
-                retries=self.services.settings.race_retries, deadline=deadline)
+            # A request that called a model is never run again (DESIGN 13): its answer would differ, and
+            # its tokens are spent. It fails `retryable`; the client may send it again.
+            payload, status = retry_lost_races(once, retries=self.services.settings.race_retries, deadline=deadline,
+                                               may_retry=lambda: not model_was_called(attempts[-1]))
         except Retryable as exc:
             REQUESTS.labels("retryable").inc()
-            return {"data": None, "errors": [error_payload(exc.message, exc.code, exc.hint, retryable=True)]}, 200
+            hint = not_rerun_hint(exc.hint) if model_was_called(attempts[-1]) else exc.hint
+            return {"data": None, "errors": [error_payload(exc.message, exc.code, hint, retryable=True)]}, 200
         except Unauthenticated as exc:
             REQUESTS.labels("unauthenticated").inc()
             return {"errors": [error_payload(exc.message, exc.code, exc.hint)]}, 401
         REQUESTS.labels("error" if payload.get("errors") else "ok").inc()
         return payload, status
 
-    def _execute_once(self, claims, query, variables, operation_name, deadline, dry_run) -> tuple[dict, int]:
+    def _execute_once(self, claims, query, variables, operation_name, deadline, dry_run,
+                      request_state: dict) -> tuple[dict, int]:
         services = self.services
         try:
             # The client's row is read in the same round trip as BEGIN and the tenant's set_config.
@@ -168,7 +178,7 @@ class GraphQLEndpoint:
                                                      row=conn.ledger_first)
                 chain = Chain((client_layer(principal, policies),))
                 scope = Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline,
-                              dry_run=dry_run)
+                              dry_run=dry_run, request_state=request_state)
                 context = RequestContext(scope)
                 try:
                     result = documents.execute(schema, scope, query, variables, operation_name, documents.HTTP,

@@ -102,6 +102,10 @@ def invocable_record(scope: Scope, action_id: uuid.UUID, version: int | None, *,
         scope.require("SELECT", ACTION, as_document(record))
         scope.require("INVOKE", ACTION, as_document(record))
         name = record["name"]
+        if record["native"] and name in natives.AGENT_NATIVES:
+            # They act for an agent's turn, which runs them itself (DESIGN 11, 13).
+            raise ActionNotCallable(f"the native {name!r} acts for an agent's turn and cannot be invoked or "
+                                    "started directly", hint="an agent's turn runs it; invoke the agent instead")
         if record["native"] and name in natives.ACTS_FOR_CALLER and not acting_for_caller:
             # Run directly, a native that acts for an MCP server's caller (`invoke`, `program`, ...) would
             # act for nobody: it runs only as a server's call.

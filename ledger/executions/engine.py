@@ -21,6 +21,7 @@ from ..policy.layers import layer_from_stored
 from ..runtime import CallFailure, Program, RunOutcome
 from ..scope import Scope, ToolFrame
 from ..values import value_problem
+from .agent_turn import run_turn
 from .failures import CallFailed, graphql_failure
 from .host import ToolHost, execute_graphql
 from .records import PendingExecution
@@ -35,7 +36,8 @@ __all__ = ["CallBody", "CallTree", "TREE_KEY", "run_call", "tool_layer"]
 def tool_layer(record: dict) -> Layer:
     if record["native"]:
         return natives.NATIVE_TOOLS[record["name"]]["layer"]
-    return layer_from_stored(f'tool "{record["name"]}" v{record["version"]}', record.get("policies") or [])
+    kind = "agent" if record["kind"] == "agent" else "tool"
+    return layer_from_stored(f'{kind} "{record["name"]}" v{record["version"]}', record.get("policies") or [])
 
 
 # ---------------------------------------------------------------------------- one call
@@ -82,6 +84,9 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
                     raise CallFailed(failure.code, failure.message, failure.hint) from None
             elif record["kind"] == "tool":
                 output = _run_program(scope, tree, record, input, pending, deadline)
+            elif record["kind"] == "agent":
+                output = run_turn(scope, tree, record, input, pending, deadline, layer=tool_layer(record),
+                                  run_call=run_call)
             else:
                 output = _run_native(scope, tree, record, input, pending)
             _check_output(record, output)

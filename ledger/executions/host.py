@@ -58,6 +58,23 @@ class ToolHost:
         return self.sequence, self.scope.services.execution_ids.child(self.pending.execution_id,
                                                                       self.pending.attempt, self.sequence)
 
+    # The same steps for a caller that is not a program (an agent's turn, executions/agent_turn.py): its
+    # calls share one sequence, one admission and the same records.
+    def next_call(self, target: dict | None = None, name: str | None = None) -> tuple[int, uuid.UUID]:
+        return self._next_child(target, name)
+
+    def next_uncounted_sequence(self) -> int:
+        """The next call sequence, for a call that admits and counts itself (a model call)."""
+        self.sequence += 1
+        return self.sequence
+
+    def native_call(self, name: str, input: Any, sequence: int, child_id: uuid.UUID) -> PendingExecution:
+        return self._native_child(name, input, sequence, child_id)
+
+    def refused_call(self, target: dict, input: Any, sequence: int, child_id: uuid.UUID,
+                     failed: "CallFailed") -> PendingExecution:
+        return self._refused_child(target, input, sequence, child_id, failed)
+
     def _native_child(self, name: str, input: Any, sequence: int, child_id: uuid.UUID) -> PendingExecution:
         child = PendingExecution(
             execution_id=child_id, action_id=natives.NATIVE_TOOLS[name]["id"], action_version=1, status="RUNNING",

@@ -106,14 +106,16 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
             tree.close()
     if not own_tree:
         return pending.as_record(scope.one("SELECT now() AS now")["now"])
-    if _cut_by_the_request_deadline(scope, record, pending, started):
+    if not tree.model_called and _cut_by_the_request_deadline(scope, record, pending, started):
         # Not the tool's responseTimeout but the request's deadline stopped it: recording a FAILED
         # execution would make every repeat of this executionId fail; nothing is recorded instead.
         raise Retryable("the request's deadline passed before the call finished",
                         hint=f"retry with a longer Request-Timeout: the call may take up to its responseTimeout "
                              f"of {response_timeout_seconds(record):g} s")
     if session is not None:
-        sessions.record_input(scope, session, execution_id, input)
+        # An agent's turn keeps its final answer beside its input: the session's next turns see both.
+        answer = pending.output if record["kind"] == "agent" and pending.status == "SUCCEEDED" else None
+        sessions.record_input(scope, session, execution_id, input, answer)
     try:
         created_at = flush(scope, tree.pending)
     except psycopg.errors.UniqueViolation as exc:

@@ -77,15 +77,17 @@ def _find_or_create(scope: Scope, action_id: uuid.UUID, session_id: uuid.UUID | 
     return row
 
 
-def record_input(scope: Scope, session: dict, execution_id: uuid.UUID, input: Any) -> None:
+def record_input(scope: Scope, session: dict, execution_id: uuid.UUID, input: Any, output: Any = None) -> None:
+    """`output`: an agent turn's final answer (DESIGN 13), which the session's next turns see."""
     doc = {"tenant_id": scope.tenant_id, "session_id": session["id"], "action_id": session["action_id"],
            "client_id": scope.principal.client_id, "execution_id": execution_id, "input": input}
     scope.require("INSERT", SESSION_INPUT, doc)
     scope.require("SELECT", SESSION_INPUT, doc)
     scope.conn.execute(
-        "INSERT INTO session_inputs (tenant_id, session_id, execution_id, action_id, client_id, input)"
-        " VALUES (%s, %s, %s, %s, %s, %s)",
-        (scope.tenant_id, session["id"], execution_id, session["action_id"], scope.principal.client_id, Jsonb(input)),
+        "INSERT INTO session_inputs (tenant_id, session_id, execution_id, action_id, client_id, input, output)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        (scope.tenant_id, session["id"], execution_id, session["action_id"], scope.principal.client_id, Jsonb(input),
+         None if output is None else Jsonb(output)),
     )
 
 
@@ -99,9 +101,24 @@ def get_session(scope: Scope, session_id: uuid.UUID) -> dict | None:
 def inputs_of(scope: Scope, session_id: uuid.UUID) -> list[dict]:
     scope.require("SELECT", SESSION_INPUT_INDEX, index=True)
     rows = scope.all(
-        "SELECT tenant_id, session_id, execution_id, action_id, client_id, input, created_at FROM session_inputs"
-        " WHERE tenant_id = %s AND session_id = %s ORDER BY seq", (scope.tenant_id, session_id))
+        "SELECT tenant_id, session_id, execution_id, action_id, client_id, input, output, created_at"
+        " FROM session_inputs WHERE tenant_id = %s AND session_id = %s ORDER BY seq", (scope.tenant_id, session_id))
     return scope.visible(SESSION_INPUT, rows)
+
+
+def earlier_turns(scope: Scope, session_id: uuid.UUID, limit: int) -> list[dict]:
+    """The latest `limit` turns of an agent's session that gave an answer, oldest first: {input, output}.
+
+    The turn's own conversation, read for the model as the session's caller recorded it (the caller was
+    authorized for the session's inputs when the call began); a turn that failed left no answer and is
+    not replayed."""
+    if limit <= 0:
+        return []
+    rows = scope.all(
+        "SELECT input, output FROM (SELECT input, output, seq FROM session_inputs"
+        " WHERE tenant_id = %s AND session_id = %s AND output IS NOT NULL ORDER BY seq DESC LIMIT %s) t"
+        " ORDER BY seq", (scope.tenant_id, session_id, limit))
+    return [{"input": r["input"], "output": r["output"]} for r in rows]
 
 
 def close_session(scope: Scope, session_id: uuid.UUID) -> dict:

@@ -16,7 +16,12 @@ from .records import PendingExecution
 # Where a running call tree is kept in `Scope.request_state`, so that an invokeAction made through
 # graphql() joins it (re-entry, depth, count, deadline, records) instead of starting a tree of its own.
 TREE_KEY = "call_tree"
+# Set in `Scope.request_state` once any call tree of the request (or attempt) called a model: the server
+# then never runs it again (DESIGN 13: a model is not deterministic, and its tokens are spent).
+MODEL_CALLED_KEY = "model_called"
 DEFAULT_RESPONSE_TIMEOUT = 30.0
+# A called agent waits on its model: its responseTimeout defaults to 120 s (DESIGN 13).
+DEFAULT_AGENT_RESPONSE_TIMEOUT = 120.0
 
 
 def now() -> datetime.datetime:
@@ -39,6 +44,12 @@ class CallTree:
     session: dict | None = None
     # Deadlines of the enclosing tools that narrowed statement_timeout, innermost last.
     statement_bounds: list[float] = field(default_factory=list)
+    # A call of the tree made a model request: the request or attempt must never be run again.
+    model_called: bool = False
+
+    def mark_model_called(self) -> None:
+        self.model_called = True
+        self.scope.request_state[MODEL_CALLED_KEY] = True
 
     def executor(self):
         """The tree's executor, leased by its first program; the calls beneath it share the lease.
@@ -68,7 +79,20 @@ class CallTree:
 
 def response_timeout_seconds(record: dict) -> float:
     timeout_ms = (record.get("tool") or {}).get("responseTimeout")
-    return timeout_ms / 1000 if timeout_ms else DEFAULT_RESPONSE_TIMEOUT
+    if timeout_ms:
+        return timeout_ms / 1000
+    return DEFAULT_AGENT_RESPONSE_TIMEOUT if record.get("kind") == "agent" else DEFAULT_RESPONSE_TIMEOUT
+
+
+def model_was_called(request_state: dict) -> bool:
+    """Whether the request (or queued attempt) whose state this is made a model call: never re-run it."""
+    return bool(request_state.get(MODEL_CALLED_KEY))
+
+
+def not_rerun_hint(hint: str | None) -> str:
+    """The hint of a `retryable` failure that the server did not retry because a model was called."""
+    return ("it called a model, so the server did not run it again (a model's answer differs and its tokens are "
+            "spent); send it again to run a new turn" + (f"; {hint}" if hint else ""))
 
 
 def response_deadline(record: dict, outer: float) -> float:

@@ -18,7 +18,7 @@ from ..auth.clients import client_layer
 from ..db.retry import retry_lost_races
 from ..executions.engine import run_call
 from ..executions.records import EXECUTION_COLUMNS, flush, record_json
-from ..executions.tree import CallTree
+from ..executions.tree import CallTree, model_was_called
 from ..logs import current_call, update_call
 from ..metrics import call_finished, json_size, observe_tree
 from ..policy.chain import Chain
@@ -66,14 +66,17 @@ def run_attempt(services: Any, job: Job) -> str:
     # 2. The attempt itself, in its own transaction, committed only while the lease holds. A transaction
     #    that lost a race (a concurrent transfer on the same account) is run again at once, as the server
     #    does with a request, instead of waiting for the lease to lapse.
+    runs: list[dict] = []
+
     def attempt_once() -> str:
         started_at = datetime.datetime.now(datetime.timezone.utc)
+        runs.append({})  # this run's request_state: whether it called a model
         try:
             with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
                 # The starter's client row, read once for the authority check, the scope and the finish.
                 client = _client(conn, execution)
                 denial = _authority_problem(conn, execution, client)
-                scope = _scope_for(services, conn, execution, deadline, client)
+                scope = replace(_scope_for(services, conn, execution, deadline, client), request_state=runs[-1])
                 scope, denial = _through_server(scope, execution, denial)
                 record = load_action(scope, execution["action_id"], execution["action_version"])
                 update_call(action=record["name"] if record else None)
@@ -98,8 +101,10 @@ def run_attempt(services: Any, job: Job) -> str:
         except Cancelled:
             return _finish_cancelled(services, job, execution, deadline, started_at)
 
+    # An attempt that called a model is not run again at once (DESIGN 13): it is cut short, and the
+    # execution's next attempt (after its lease lapses) is a new turn.
     return retry_lost_races(attempt_once, retries=services.settings.race_retries, deadline=deadline,
-                            may_retry=lambda: not job.lost)
+                            may_retry=lambda: not job.lost and not model_was_called(runs[-1]))
 
 
 _UNREAD = object()
@@ -159,17 +164,18 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
     finished_at = datetime.datetime.now(datetime.timezone.utc)
     if pending is not None:
         error = pending.error
-        output, tools, logs = pending.output, pending.tools, pending.logs
+        output, tools, logs, usage = pending.output, pending.tools, pending.logs, pending.usage
     else:
-        output, tools, logs = None, [], []
+        output, tools, logs, usage = None, [], [], None
     duration_ms = (finished_at - started_at).total_seconds() * 1000
     output_bytes = json_size(output if output is not None or error is None else error)
     conn.execute(
         "INSERT INTO invocations (tenant_id, execution_id, attempt, input, output, error, tools, logs, started_at,"
-        " finished_at, duration_ms, output_bytes) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        " finished_at, duration_ms, output_bytes, usage)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (job.tenant_id, job.execution_id, attempt, record_json(execution["input"]), record_json(output),
          record_json(error) if error else None, record_json(tools), record_json(logs), started_at, finished_at,
-         duration_ms, output_bytes),
+         duration_ms, output_bytes, record_json(usage) if usage else None),
     )
     settings = (record or {}).get("execution") or {}
     max_attempts = int(settings.get("maxAttempts") or 3)

@@ -20,6 +20,7 @@ from ...auth.clients import client_layer
 from ...errors import LedgerError, Retryable
 from ...executions import records
 from ...executions.invoke import invoke_action, with_fixed_input
+from ...executions.tree import model_was_called, not_rerun_hint
 from ...policy.chain import Chain, Layer
 from ...policy.principal import Principal
 from ...scope import Scope
@@ -96,19 +97,25 @@ class McpCalls:
         execution_id = given or uuid.uuid4()
         answer_meta[EXECUTION_ID] = str(execution_id)
 
+        attempts: list[dict] = []
+
         def once() -> types.CallToolResult:
+            attempts.append({})  # the attempt's request_state: whether it called a model
             try:
                 with self._transaction(caller, rollback=preview) as conn:
-                    return self._call_once(self._scope(conn, caller, dry_run=preview), caller, params, execution_id,
-                                           session_id, answer_meta)
+                    scope = replace(self._scope(conn, caller, dry_run=preview), request_state=attempts[-1])
+                    return self._call_once(scope, caller, params, execution_id, session_id, answer_meta)
             except _Refused as refused:
                 return refused.result
 
         try:
-            return retry_lost_races(once, retries=self.services.settings.race_retries, deadline=caller.deadline)
+            # A call that reached a model (an agent) is never run again (DESIGN 13).
+            return retry_lost_races(once, retries=self.services.settings.race_retries, deadline=caller.deadline,
+                                    may_retry=lambda: not model_was_called(attempts[-1]))
         except Retryable as exc:
             # Transient failures are the runtime's to retry, not the model's: still one isError result.
-            return failed("retryable", exc.message, exc.hint, answer_meta)
+            hint = not_rerun_hint(exc.hint) if model_was_called(attempts[-1]) else exc.hint
+            return failed("retryable", exc.message, hint, answer_meta)
 
     def _call_once(self, scope: Scope, caller: Caller, params: types.CallToolRequestParams, execution_id: uuid.UUID,
                    session_id: uuid.UUID | None, meta: dict) -> types.CallToolResult:
