@@ -228,12 +228,13 @@ class Server:
     """`ledger serve --workers N --no-worker` against the bench database."""
 
     def __init__(self, database_url: str, workdir: Path, workers: int = 2, code_root: Path | None = None,
-                 roundtrips: RoundTrips | None = None) -> None:
+                 roundtrips: RoundTrips | None = None, extra_env: dict | None = None) -> None:
         self.port = free_port()
         self.process = Process(
             [*ledger_command(code_root), "serve", "--workers", str(workers), "--no-worker", "--port", str(self.port),
              "--log-level", "warning"],
-            ledger_env(database_url, code_root, roundtrips), workdir / f"serve-{self.port}.log", cwd=code_root or ROOT)
+            ledger_env(database_url, code_root, roundtrips, **(extra_env or {})), workdir / f"serve-{self.port}.log",
+            cwd=code_root or ROOT)
         self.workers = workers
         self._wait_ready()
 

@@ -23,6 +23,8 @@ def _f(value, digits: int = 1, unit: str = "") -> str:
 def _ratio(row: dict) -> str:
     if row.get("ratio") is None:
         return "not measured" if row.get("anchor_error") else "—"
+    if row.get("goal") == "(reported)":
+        return f"{row['ratio']:.2f}x"
     mark = "met" if row["met"] else "**not met**"
     return f"**{row['ratio']:.2f}x** ({mark})"
 
@@ -36,7 +38,7 @@ def table(results: dict) -> str:
         head += f" before (`{baseline}`) | ratio before |"
         rule += "---|---|"
     lines = [head, rule]
-    for key in ("money", "read", "mcp", "call_tree", "queue", "policy"):
+    for key in ("money", "read", "mcp", "call_tree", "agent", "queue", "policy"):
         row = rows.get(key)
         if not row:
             continue

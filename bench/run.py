@@ -143,10 +143,16 @@ def main(argv: list[str] | None = None) -> int:
         # is shared: what matters is that both sides of a ratio see the same moment); medians are reported.
         measured: dict[str, dict] = {}
         anchors: dict[str, list] = {"tpcb": [], "select_only": [], "postgraphile": []}
+        # The agent row's scripted model (a baseline revision from before agents ignores the models file).
+        agent_script = workdir / "agent-script.json"
+        agent_script.write_text("[]")
+        models = workdir / "models.toml"
+        models.write_text('[bench]\ntype = "scripted"\nscript = "agent-script.json"\n')
         for name, code_root in variants:
             anchored = name == "current"
             log(f"[{name}] ledger serve --workers {LEDGER_WORKERS} --no-worker")
-            server = Server(ledger_url, workdir, workers=LEDGER_WORKERS, code_root=code_root, roundtrips=rt)
+            server = Server(ledger_url, workdir, workers=LEDGER_WORKERS, code_root=code_root, roundtrips=rt,
+                            extra_env={"LEDGER_MODELS": str(models)} if anchored else None)
             running.append(server)
             m: dict = {}
             runs = []
@@ -197,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
             m["call_tree"] = workloads.call_tree(server, fx, stats, rt, reads=tree_reads, repeats=repeats)
             # The floor right after the tree, so that both see the same machine (it is shared and noisy).
             m["call_tree_floor"] = workloads.call_tree_floor(fx, reads=tree_reads, repeats=repeats)
+            if anchored:
+                log(f"[{name}] agent turn: 2 rounds with a scripted model, beside the same 2 calls made directly")
+                m["agent_turn"] = _anchor("agent turn", lambda: workloads.agent_turn(
+                    server, fx, agent_script, repeats=repeats), errors)
             m["rss"] = server.peak_rss()
             server.stop()
             running.remove(server)
@@ -311,6 +321,14 @@ def build_rows(current: dict, before: dict | None, tpcb, select_only, pgl, gw, p
              f" ({gw['jobs']:,} in {gw['seconds']:.2f} s)") if gw else None,
         q["jobs_per_s"] / gw["jobs_per_s"] if gw else None, QUEUE_GOAL, ">= 1.0x graphile-worker",
         errors.get("graphile-worker"), anchor_statements=gw["statements_per_job"] if gw else None)
+    turn = current.get("agent_turn")
+    if turn:
+        rows["agent"] = {
+            "title": "agent turn (2 rounds, scripted model: 3 model calls, 2 tool calls)", "ledger": turn,
+            "ledger_text": f"{turn['median_ms']:,.1f} ms per turn (+{turn['overhead_ms']:,.1f} ms)",
+            "anchor_text": f"the same 2 tool calls, invokeAction in one request: {turn['direct_median_ms']:,.1f} ms",
+            "ratio": round(turn["median_ms"] / turn["direct_median_ms"], 3) if turn["direct_median_ms"] else None,
+            "met": True, "goal": "(reported)"}
     met = pol["p99_us"] < POLICY_P99_US
     rows["policy"] = {
         "title": "policy (chain decision, CEL assertions in 2 layers, cached)", "ledger": pol,

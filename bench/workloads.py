@@ -14,7 +14,7 @@ import psycopg
 
 from . import loadgen
 from .env import Client, RoundTrips, Server, Statements, Workers
-from .fixtures import INVOKE, READ, Fixtures
+from .fixtures import CREATE_TOOL, INVOKE, READ, Fixtures
 
 APP_ROLE = "ledger_app"
 
@@ -239,3 +239,46 @@ def policy(n: int = 20_000) -> dict:
     result["decisions_per_s"] = round(1e6 / result["p50_us"]) if result["p50_us"] else None
     result["seconds"] = round(elapsed, 3)
     return result
+
+
+AGENT_ID = "0f5b7c2e-8a41-4c3d-9b6e-5a1d2c3e4fbe"
+TWO_CALLS = ("mutation($id: UUID!, $a: InvokeActionInput!, $b: InvokeActionInput!) { actions {"
+             " a: invokeAction(id: $id, input: $a) { status } b: invokeAction(id: $id, input: $b) { status } } }")
+
+
+def agent_turn(server: Server, fx: Fixtures, script: Path, *, repeats: int = 5) -> dict:
+    """One agent turn of 2 rounds (a scripted model: 3 model calls, each round one call of the balance tool),
+    beside the same 2 tool calls invoked directly in one request: the median wall time of each."""
+    account = fx.accounts[0]
+    check = {"name": "bench_balance", "arguments": {"account_id": account}}
+    script.write_text(json.dumps({"loop": True, "responses": [
+        {"tool_calls": [check]}, {"tool_calls": [check]}, {"text": "done"}]}))
+    client = Client(server.url, fx.token)
+    try:
+        client.data(CREATE_TOOL, {"id": AGENT_ID, "input": {
+            "name": "bench_agent", "kind": "agent", "description": "bench: agent",
+            "config": {"model": {"provider": "bench", "name": "scripted"}, "instructions": "Read the balance."},
+            "tool": {"name": "bench_agent", "description": "bench: agent", "inputSchema": {"type": "object"}},
+            "tools": [{"name": "bench_balance"}],
+            "policies": [{"effect": "ALLOW", "actions": ["SELECT", "INVOKE"], "resources": ["financial.*"]}]}})
+        turns, direct = [], []
+        for i in range(repeats + 1):
+            started = time.perf_counter()
+            data = client.data(INVOKE, {"id": AGENT_ID, "input": {"executionId": str(uuid.uuid4()), "input": {}}})
+            elapsed = time.perf_counter() - started
+            if data["actions"]["invokeAction"]["status"] != "SUCCEEDED":
+                raise RuntimeError(f"the agent turn failed: {data}")
+            started = time.perf_counter()
+            calls = {name: {"executionId": str(uuid.uuid4()), "input": {"account_id": account}} for name in "ab"}
+            data = client.data(TWO_CALLS, {"id": fx.balance_tool, **calls})
+            direct_elapsed = time.perf_counter() - started
+            if {r["status"] for r in data["actions"].values()} != {"SUCCEEDED"}:
+                raise RuntimeError(f"the direct calls failed: {data}")
+            if i:  # the first warms the sandbox, the provider and the caches
+                turns.append(elapsed)
+                direct.append(direct_elapsed)
+    finally:
+        client.close()
+    turn_ms, direct_ms = statistics.median(turns) * 1000, statistics.median(direct) * 1000
+    return {"repeats": repeats, "median_ms": round(turn_ms, 2), "direct_median_ms": round(direct_ms, 2),
+            "overhead_ms": round(turn_ms - direct_ms, 2)}

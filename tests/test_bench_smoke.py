@@ -17,7 +17,7 @@ def test_bench_harness_runs_every_ledger_workload(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     rows = results["rows"]
-    assert set(rows) == {"money", "read", "mcp", "call_tree", "queue", "policy"}
+    assert set(rows) == {"money", "read", "mcp", "call_tree", "agent", "queue", "policy"}
     assert rows["money"]["ledger"]["transfers"] > 0
     assert rows["money"]["ledger"]["statements_per_call"] > 0
     assert rows["read"]["ledger"]["requests"] > 0 and rows["read"]["ledger"]["errors"] == 0
@@ -26,6 +26,8 @@ def test_bench_harness_runs_every_ledger_workload(tmp_path):
     assert rows["mcp"]["anchor"]["requests"] > 0 and rows["mcp"]["anchor"]["errors"] == 0
     assert rows["mcp"]["ratio"] > 0
     assert rows["call_tree"]["ledger"]["statements_per_tree"] > 0 and rows["call_tree"]["ratio"] > 0
+    # An agent turn of 2 rounds with a scripted model, beside the same 2 tool calls made directly.
+    assert rows["agent"]["ledger"]["median_ms"] > 0 and rows["agent"]["ledger"]["direct_median_ms"] > 0
     assert rows["queue"]["ledger"]["failed"] == 0 and rows["queue"]["ledger"]["jobs_per_s"] > 0
     assert rows["policy"]["ledger"]["p99_us"] > 0
     assert results["rss"]["server_mib"] > 0
