@@ -424,3 +424,19 @@ def test_a_confirm_reference_never_runs_its_tool(api, services):
     (result,) = tool_results(seen(services)[1])
     assert result.is_error and result.content.startswith("action_not_callable: 'move' needs a person's confirmation")
     assert balance(api, funded) == 100 and len(ran["children"]) == 2
+
+
+def test_model_calls_count_toward_the_limit_of_1024_calls_beneath_one_call(api, services):
+    agent_id = publish(api, agent("counter", [{"name": "cel"}],
+                                  harness={"maxRounds": 100, "budget": {"toolCalls": 1000, "tokens": 10**7}}))
+    ten = [call("cel", {"expression": "1 + 1"})] * 10
+    script(services, [{"tool_calls": ten}], loop=True)
+    ran = invoke(api, agent_id, {})
+    # 93 rounds make 93 model calls and 930 tool calls; the 94th model call is the 1,024th call, its tool
+    # calls are refused, and the next model call, the 1,035th, fails the turn before reaching the model.
+    assert ran["status"] == "FAILED"
+    assert ran["invocation"]["error"]["code"] == "action_call_limit_exceeded"
+    assert len(seen(services)) == 94
+    recorded = execution(api, ran["executionId"])
+    assert len(recorded["children"]) == 1024
+    assert recorded["invocation"]["usage"]["modelCalls"] == 94

@@ -106,6 +106,8 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
             tree.close()
     if not own_tree:
         return pending.as_record(scope.one("SELECT now() AS now")["now"])
+    # A turn that called a model is recorded whatever cut it (DESIGN 13: a deadline passed during a model
+    # call is the turn's `action_response_timeout`): its tokens are spent, and a repeat must not run it again.
     if not tree.model_called and _cut_by_the_request_deadline(scope, record, pending, started):
         # Not the tool's responseTimeout but the request's deadline stopped it: recording a FAILED
         # execution would make every repeat of this executionId fail; nothing is recorded instead.

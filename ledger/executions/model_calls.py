@@ -14,8 +14,7 @@ from typing import Any, Sequence
 
 from ..actions import natives
 from ..errors import LedgerError
-from ..models import (AssistantMessage, Message, ModelRequest, ModelResponse, ModelUnavailable, ToolCall,
-                      ToolResult, UserMessage)
+from ..models import AssistantMessage, Message, ModelRequest, ModelResponse, ToolCall, ToolResult, UserMessage
 from ..scope import Scope
 from . import admission
 from .failures import CallFailed
@@ -53,10 +52,12 @@ def call_model(scope: Scope, tree: CallTree, parent: PendingExecution, provider_
     )
     tree.pending.append(child)
     started = time.monotonic()
+    reached = False
     try:
         provider = scope.services.models.for_tenant(provider_name, scope.tenant_id)
         # From here on tokens may be spent, whatever the outcome.
         tree.mark_model_called()
+        reached = True
         try:
             response = provider.complete(request)
         except ValueError as exc:  # a request the adapter cannot say in its wire format
@@ -65,9 +66,7 @@ def call_model(scope: Scope, tree: CallTree, parent: PendingExecution, provider_
     except LedgerError as failed:
         child.status, child.finished_at = "FAILED", now()
         child.error = {"code": failed.code, "message": failed.message, "hint": failed.hint}
-        child.output = {"latencyMs": int((time.monotonic() - started) * 1000)}
-        if isinstance(failed, ModelUnavailable) and not tree.model_called:
-            child.output = None
+        child.output = {"latencyMs": int((time.monotonic() - started) * 1000)} if reached else None
         raise CallFailed(failed.code, failed.message, failed.hint) from None
     child.status, child.finished_at = "SUCCEEDED", now()
     child.output = {
