@@ -4,7 +4,8 @@ transaction. Each call is a savepoint; each call is an execution row (buffered, 
 The Starlark program runs in a sandbox executor leased for the whole tree; its host calls come back to
 `ToolHost` (executions/host.py) on the request's thread, where the transaction and the chain live.
 The tree's shared state is `CallTree` (executions/tree.py); what a call may do before it runs is
-executions/admission.py.
+executions/admission.py. An agent's call is a turn of its model (executions/agent_turn.py), whose tool
+calls come back here as children the same way.
 """
 
 from __future__ import annotations
