@@ -133,7 +133,8 @@ def test_actions_of_another_tenant_do_not_exist(api, other_api):
 def test_native_tools_exist_in_every_tenant(api, other_api):
     for client in (api, other_api):
         listed = client.gql("{ actions { actions(where: {native: true}) { name native version status kind } } }")
-        assert {a["name"] for a in listed["actions"]["actions"]} == {"graphql", "cel", "program", "invoke", "get_task", "cancel_task"}
+        assert {a["name"] for a in listed["actions"]["actions"]} == {"graphql", "cel", "program", "invoke", "get_task", "cancel_task",
+                                                                      "model_call"}
         assert all(a["native"] and a["version"] == 1 and a["status"] == "ACTIVE" for a in listed["actions"]["actions"])
 
 

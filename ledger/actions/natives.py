@@ -2,8 +2,8 @@
 
 `graphql` and `cel` can be called like any tool and be the kind of an action. `program`, `invoke`,
 `get_task` and `cancel_task` act for an MCP server's caller: only a server may list them, and nobody
-invokes or starts them directly. `read_result` and `model_call` (for agents) are reserved names and ids
-only, until agents exist.
+invokes or starts them directly. `model_call` is the record of one model request that a model tool or
+an agent makes (its child); `read_result` (for agents) is a reserved name and id only, until agents exist.
 """
 
 from __future__ import annotations
@@ -92,6 +92,35 @@ TASK_OUTPUT = {
     "required": ["taskId", "status"],
 }
 
+# A model call's record (DESIGN 13): what was asked, as the provider-neutral messages new since the
+# previous call, and what came back, as the provider sent it (never headers).
+MODEL_CALL_INPUT = {
+    "type": "object",
+    "properties": {
+        "provider": {"type": "string", "description": "The provider's name in the models file."},
+        "model": {"type": "string"},
+        "instructions": {"type": "string", "description": "The system instructions (on the first call)."},
+        "messages": {"type": "array", "description": "The request's messages new since the previous call."},
+        "toolChoice": {"type": ["string", "object"]},
+        "tools": {"type": "array", "items": {"type": "string"}, "description": "The names of the tools offered."},
+        "outputSchema": {"type": "object", "description": "The structured output asked for, if any."},
+    },
+    "required": ["provider", "model", "messages"],
+}
+MODEL_CALL_OUTPUT = {
+    "type": "object",
+    "properties": {
+        "stopReason": {"type": "string"},
+        "usage": {"type": "object", "properties": {"inputTokens": {"type": "integer"},
+                                                   "outputTokens": {"type": "integer"}}},
+        "latencyMs": {"type": "integer"},
+        "attempts": {"type": "integer", "description": "Attempts made (transient failures are retried)."},
+        "messages": {"type": "array", "description": "The response's messages, in the provider's wire format."},
+        "ignoredToolCalls": {"type": "array", "description": "Tool calls made under tool_choice none: not run."},
+    },
+    "required": ["stopReason", "usage", "latencyMs", "messages"],
+}
+
 NATIVE_TOOLS = {
     "graphql": {
         "id": GRAPHQL_ID,
@@ -145,6 +174,16 @@ NATIVE_TOOLS = {
         "outputSchema": TASK_OUTPUT,
         "layer": Layer("native tool \"cancel_task\" v1", ()),
     },
+    # One request to a model, made by a model tool or an agent for its caller: recorded as its child,
+    # never called directly. It performs no operations.
+    "model_call": {
+        "id": MODEL_CALL_ID,
+        "description": "One request to a model provider, made by a model tool or an agent. Records the provider, "
+                       "the model, the new messages, the stop reason, the token usage and the latency.",
+        "inputSchema": MODEL_CALL_INPUT,
+        "outputSchema": MODEL_CALL_OUTPUT,
+        "layer": Layer("native tool \"model_call\" v1", ()),
+    },
 }
 NATIVE_BY_ID = {spec["id"]: name for name, spec in NATIVE_TOOLS.items()}
 
@@ -152,7 +191,7 @@ NATIVE_BY_ID = {spec["id"]: name for name, spec in NATIVE_TOOLS.items()}
 NATIVE_KINDS = frozenset({"graphql", "cel"})
 # The natives that only an MCP server may list.
 SERVER_NATIVES = frozenset({"program", "invoke", "get_task", "cancel_task"})
-# Reserved for agents (DESIGN 13): names and ids only, no record yet.
+# The natives of agents and model tools (DESIGN 13), which act for their caller.
 AGENT_NATIVES = {"read_result": READ_RESULT_ID, "model_call": MODEL_CALL_ID}
 # Natives that act for their caller: never invoked or started directly (`action_not_callable`).
 ACTS_FOR_CALLER = SERVER_NATIVES | frozenset(AGENT_NATIVES)

@@ -295,6 +295,8 @@ class Invocation:
         description="How long the attempt ran, in milliseconds (null while it runs)")
     output_bytes: Optional[int] = strawberry.field(
         description="The size in bytes of the attempt's result JSON: its output, or its error when it has none")
+    usage: Optional[JSON] = strawberry.field(
+        default=None, description="{inputTokens, outputTokens, modelCalls} of an agent's or model tool's turn; else null")
     _execution_id: strawberry.Private[Optional[uuid.UUID]] = None
 
     @strawberry.field(description="This attempt's calls, in call order")
@@ -312,7 +314,7 @@ class Invocation:
                                 action_version=t["actionVersion"]) for t in rec.get("tools") or []],
             attempt=rec["attempt"], started_at=rec.get("started_at"), finished_at=rec.get("finished_at"),
             logs=list(rec.get("logs") or []), duration_ms=rec.get("duration_ms"),
-            output_bytes=rec.get("output_bytes"), _execution_id=execution_id,
+            output_bytes=rec.get("output_bytes"), usage=rec.get("usage"), _execution_id=execution_id,
         )
 
 

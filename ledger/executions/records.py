@@ -99,8 +99,8 @@ def children_of(scope: Scope, execution_id: uuid.UUID, attempt: int) -> list[dic
 
 def invocations_of(scope: Scope, execution_id: uuid.UUID) -> list[dict]:
     return scope.all(
-        "SELECT attempt, input, output, error, tools, logs, started_at, finished_at, duration_ms, output_bytes"
-        " FROM invocations"
+        "SELECT attempt, input, output, error, tools, logs, started_at, finished_at, duration_ms, output_bytes,"
+        " usage FROM invocations"
         " WHERE tenant_id = %s AND execution_id = %s ORDER BY attempt",
         (scope.tenant_id, execution_id),
     )
@@ -142,6 +142,9 @@ class PendingExecution:
     output_bytes: int | None = None
     action_name: str | None = None  # for metrics and logs
     action_kind: str | None = None  # for metrics: the kind is ours to name, unlike the action's name
+    # {inputTokens, outputTokens, modelCalls} of the model calls this call made itself (a model tool, an
+    # agent); None for a call that made none.
+    usage: dict | None = None
 
     @property
     def duration_ms(self) -> float | None:
@@ -159,7 +162,8 @@ class PendingExecution:
         invocation = {"attempt": self.attempt, "input": self.input, "output": self.output, "error": self.error,
                       "tools": self.tools, "logs": self.logs, "started_at": self.started_at,
                       "finished_at": self.finished_at, "duration_ms": self.duration_ms,
-                      "output_bytes": self.result_bytes() if self.status != "RUNNING" else None}
+                      "output_bytes": self.result_bytes() if self.status != "RUNNING" else None,
+                      "usage": self.usage}
         return record_of({
             "id": self.execution_id, "action_id": self.action_id, "action_version": self.action_version,
             "status": self.status, "parent_execution_id": self.parent_execution_id,
@@ -219,11 +223,12 @@ def flush(scope: Scope, pending: list[PendingExecution],
         )
         cur.executemany(
             "INSERT INTO invocations (tenant_id, execution_id, attempt, input, output, error, tools, logs,"
-            " started_at, finished_at, duration_ms, output_bytes)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            " started_at, finished_at, duration_ms, output_bytes, usage)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             [(scope.tenant_id, p.execution_id, p.attempt, record_json(p.input), record_json(p.output),
               record_json(p.error) if p.error else None, record_json(p.tools), record_json(p.logs), p.started_at,
-              p.finished_at, p.duration_ms, p.result_bytes()) for p in pending],
+              p.finished_at, p.duration_ms, p.result_bytes(), record_json(p.usage) if p.usage else None)
+             for p in pending],
         )
     now = now_cursor.fetchone()["now"]
     calls_finished(scope.tenant_id, pending)

@@ -39,6 +39,9 @@ class CallTree:
     session: dict | None = None
     # Deadlines of the enclosing tools that narrowed statement_timeout, innermost last.
     statement_bounds: list[float] = field(default_factory=list)
+    # A model was called beneath this call (DESIGN 13): the request (or attempt) that holds the tree is
+    # never retried by the server, since the model is not deterministic and its tokens are spent.
+    model_called: bool = False
 
     def executor(self):
         """The tree's executor, leased by its first program; the calls beneath it share the lease.

@@ -159,17 +159,18 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
     finished_at = datetime.datetime.now(datetime.timezone.utc)
     if pending is not None:
         error = pending.error
-        output, tools, logs = pending.output, pending.tools, pending.logs
+        output, tools, logs, usage = pending.output, pending.tools, pending.logs, pending.usage
     else:
-        output, tools, logs = None, [], []
+        output, tools, logs, usage = None, [], [], None
     duration_ms = (finished_at - started_at).total_seconds() * 1000
     output_bytes = json_size(output if output is not None or error is None else error)
     conn.execute(
         "INSERT INTO invocations (tenant_id, execution_id, attempt, input, output, error, tools, logs, started_at,"
-        " finished_at, duration_ms, output_bytes) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        " finished_at, duration_ms, output_bytes, usage)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         (job.tenant_id, job.execution_id, attempt, record_json(execution["input"]), record_json(output),
          record_json(error) if error else None, record_json(tools), record_json(logs), started_at, finished_at,
-         duration_ms, output_bytes),
+         duration_ms, output_bytes, record_json(usage) if usage else None),
     )
     settings = (record or {}).get("execution") or {}
     max_attempts = int(settings.get("maxAttempts") or 3)
