@@ -23,6 +23,7 @@ from ..scope import Scope, ToolFrame
 from ..values import value_problem
 from .failures import CallFailed, graphql_failure
 from .host import ToolHost, execute_graphql
+from .model_tool import run_model_tool
 from .records import PendingExecution
 from .references import program_tool_names, resolve_tools
 from .statement_timeout import statements_bounded_by
@@ -82,6 +83,8 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
                     raise CallFailed(failure.code, failure.message, failure.hint) from None
             elif record["kind"] == "tool":
                 output = _run_program(scope, tree, record, input, pending, deadline)
+            elif record["kind"] == "model":
+                output = run_model_tool(scope, tree, record, input, pending, deadline)
             else:
                 output = _run_native(scope, tree, record, input, pending)
             _check_output(record, output)
