@@ -65,7 +65,8 @@ type = "scripted"
 script = "{script.name}"
 tenants = ["{uuid.uuid4()}"]
 ''')
-    return Settings(database_url=db_url, data_dir=tmp_path / "data", pool_min=1, pool_max=10, models_file=models)
+    return Settings(database_url=db_url, data_dir=tmp_path / "data", pool_min=1, pool_max=10, models_file=models,
+                    mcp_allowed_hosts="127.0.0.1:*,testserver")
 
 
 def scripted(services, script, *responses) -> object:
@@ -203,6 +204,20 @@ def test_start_action_runs_a_model_tool_on_a_worker(api, services, script, worke
     assert (done["status"], done["invocation"]["output"]) == ("SUCCEEDED", {"category": "rent", "confidence": 0.6})
 
 
+def test_an_mcp_server_lists_a_model_tool_and_calls_it_like_any_tool(api, services, script):
+    from mcp_helpers import call_tool, create_server, list_tools, running_server
+
+    scripted(services, script, {"output": {"category": "rent", "confidence": 0.95}})
+    publish(api, model_tool())
+    create_server(api, "desk", [{"name": "classify"}])
+    with running_server(services) as url:
+        [listed] = list_tools(f"{url}/mcp/desk", api.token)
+        result = call_tool(f"{url}/mcp/desk", api.token, "classify", {"memo": "rent"})
+    assert (listed.name, listed.input_schema, listed.output_schema) == ("classify", INPUT_SCHEMA, OUTPUT_SCHEMA)
+    assert result.is_error is False
+    assert result.structured_content == {"category": "rent", "confidence": 0.95}
+
+
 # ---------------------------------------------------------------------------- the adapters' requests
 
 
@@ -329,3 +344,33 @@ def test_model_call_cannot_be_invoked_directly(api):
     assert error["extensions"]["code"] == "action_not_callable"
     assert "model tool or an agent" in error["extensions"]["hint"]
 
+
+
+# ---------------------------------------------------------------------------- README "Model tools"
+
+
+def readme_block(after: str) -> str:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = text.index("```toml\n", text.index(after)) + len("```toml\n")
+    return text[start:text.index("```", start)]
+
+
+def test_the_readme_model_tool_publishes_and_answers_through_the_openai_adapter(api, tmp_path, model_server):
+    from mcp_helpers import _Querying
+
+    from ledger.client.publish import publish as publish_files
+
+    path = tmp_path / "classify_memo.toml"
+    path.write_text(readme_block("The action, as `ledger publish` reads it:"))
+    publish_files(_Querying(api), [path])
+    model_server.queue(200, {"id": "c1", "object": "chat.completion", "created": 1, "model": "llama3.1",
+                             "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                                 "role": "assistant", "content": '{"category":"rent"}'}}],
+                             "usage": {"prompt_tokens": 20, "completion_tokens": 5, "total_tokens": 25}})
+    execution = invoke(api, "5c1e0f7a-2b3d-4e5f-8a9b-0c1d2e3f4a50", {"memo": "office rent, May"})
+    assert (execution["status"], execution["invocation"]["output"]) == ("SUCCEEDED", {"category": "rent"})
+    body = model_server.seen[0].body
+    assert (body["model"], body["temperature"], body["messages"][0]["role"]) == ("llama3.1", 0, "system")
+    assert body["response_format"]["json_schema"]["strict"] is True
