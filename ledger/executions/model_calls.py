@@ -59,7 +59,7 @@ def call_model(scope: Scope, tree: CallTree, parent: PendingExecution, provider_
         child.status, child.finished_at = "FAILED", now()
         child.error = {"code": exc.code, "message": exc.message, "hint": exc.hint}
         child.output = {"latencyMs": int((time.monotonic() - started) * 1000)}
-        _add_usage(parent, 0, 0)
+        _add_usage(parent, 0, 0)  # a request was made (and may have been billed), though it reported no usage
         raise CallFailed(exc.code, exc.message, exc.hint) from None
     child.status, child.finished_at = "SUCCEEDED", now()
     child.output = answered(response)

@@ -51,12 +51,8 @@ class Conversion:
     schema: Any
     # OpenAI: whether it is sent in strict mode (the model is held to it). Always True for Gemini.
     strict: bool
+    # Empty: the schema reaches the client accepting exactly what it accepts as written.
     changes: tuple[Change, ...]
-
-    @property
-    def unchanged(self) -> bool:
-        """Whether the schema reaches the client accepting exactly what it accepts as written."""
-        return not self.changes
 
 
 # Keywords that describe and do not constrain: dropping them changes nothing a schema accepts.
