@@ -11,7 +11,7 @@ import pytest
 
 from ledger.models import (AssistantMessage, ForcedTool, ModelRequest, ModelRequestRejected, ModelResponseInvalid,
                            ModelUnavailable, ModelsConfigInvalid, ToolCall, ToolResult, ToolSpec, Usage,
-                           UserMessage, dialect_problems, load_models, openai_strict, restore_optional, scrub)
+                           UserMessage, dialect_problems, load_models, restore_optional, scrub, to_gemini, to_openai)
 from ledger.models.anthropic_messages import AnthropicProvider
 from ledger.models.openai_chat import OpenAIProvider
 from ledger.models.scripted import ScriptedProvider
@@ -489,12 +489,22 @@ def test_scrub_removes_known_secrets_their_masked_echoes_and_credential_headers(
     assert out.startswith("key [redacted]; masked ")
 
 
-def test_openai_strict_keeps_what_a_schema_accepts_or_reports_each_problem():
-    assert openai_strict(TRANSFER_SCHEMA) == (TRANSFER_STRICT, [])
+def strict(schema: dict):
+    conversion = to_openai(schema)
+    return conversion.schema, conversion.strict, [(c.pointer, c.message) for c in conversion.changes]
+
+
+def test_openai_strict_keeps_what_a_schema_accepts_and_reports_what_it_drops():
+    assert strict(TRANSFER_SCHEMA) == (TRANSFER_STRICT, True, [
+        ("/properties/amount/format", "OpenAI strict mode does not support the format 'decimal' (only date-time, "
+         "time, date, duration, email, hostname, ipv4, ipv6, uuid); its adapter drops it, so the model is not told "
+         "this rule (the ledger still enforces it)"),
+        ("/properties/memo/maxLength", "OpenAI strict mode does not support `maxLength`; its adapter drops it, so "
+         "the model is not told this rule (the ledger still enforces it)")])
     nested = {"type": "object", "properties": {"legs": {"type": "array", "items": {
         "type": "object", "properties": {"kind": {"enum": ["debit", "credit"]}, "n": {"$ref": "#/$defs/n"}},
         "required": ["n"]}}}, "$defs": {"n": {"type": "integer", "minimum": 0}}}
-    assert openai_strict(nested) == ({
+    assert strict(nested) == ({
         "type": "object",
         "properties": {"legs": {"type": ["array", "null"], "items": {
             "type": "object",
@@ -502,16 +512,21 @@ def test_openai_strict_keeps_what_a_schema_accepts_or_reports_each_problem():
                            "n": {"$ref": "#/$defs/n"}},
             "required": ["kind", "n"], "additionalProperties": False}}},
         "$defs": {"n": {"type": "integer", "minimum": 0}},
-        "required": ["legs"], "additionalProperties": False}, [])
-    _, problems = openai_strict({"type": "object", "properties": {
+        "required": ["legs"], "additionalProperties": False}, True, [])
+
+
+def test_what_openai_strict_mode_cannot_say_sends_the_schema_as_it_is_with_each_reason():
+    schema = {"type": "object", "properties": {
         "tags": {"type": "object", "additionalProperties": {"type": "string"}},
-        "either": {"allOf": [{"type": "string"}]}}})
-    assert problems == [
-        {"client": "openai", "path": "/properties/tags/additionalProperties",
-         "message": "strict mode cannot say an object with keys of its choosing (additionalProperties)"},
-        {"client": "openai", "path": "/properties/either/allOf", "message": "strict mode does not support 'allOf'"},
-        {"client": "openai", "path": "/properties/either", "message": "strict mode needs a type here"},
-    ]
+        "either": {"allOf": [{"type": "string"}]}, "memo": {"type": "string", "maxLength": 9}}}
+    suffix = ("; so its adapter sends this schema without strict mode: the model sees it whole but is not held to "
+              "it (the ledger still enforces it)")
+    # The maxLength is not dropped (nothing is), so it is not reported.
+    assert strict(schema) == (schema, False, [
+        ("/properties/tags/additionalProperties", "OpenAI strict mode cannot say an object with keys of its choosing "
+         "(additionalProperties); list the keys it may use" + suffix),
+        ("/properties/either/allOf", "OpenAI strict mode does not support `allOf`" + suffix),
+    ])
 
 
 def test_restore_optional_removes_only_the_nulls_strict_mode_asked_for():
@@ -522,20 +537,29 @@ def test_restore_optional_removes_only_the_nulls_strict_mode_asked_for():
         {"ref": None, "legs": [{}, {"note": "x"}]}
 
 
-def test_dialect_problems_for_gemini_and_mcp():
+def test_gemini_inlines_what_it_can_and_reports_each_change_where_it_is_written():
     recursive = {"type": "object", "properties": {"tree": {"$ref": "#/$defs/node"}, "one": {"const": 1},
                                                   "either": {"type": ["string", "integer"]},
-                                                  "maybe": {"type": ["string", "null"], "const": "x"}},
-                 "required": ["tree", "one", "either", "maybe"],
+                                                  "maybe": {"type": ["string", "null"], "const": "x"},
+                                                  "money": {"$ref": "#/$defs/money"}},
+                 "required": ["tree", "one", "either", "maybe", "money"],
                  "$defs": {"node": {"type": "object", "properties": {"child": {"$ref": "#/$defs/node"}},
-                                    "required": ["child"]}}}
-    gemini = [p for p in dialect_problems(recursive) if p["client"] == "gemini"]
-    assert [p["path"] for p in gemini] == ["/properties/tree/properties/child/$ref", "/properties/one/const",
-                                           "/properties/either/type"]
-    assert "recursive" in gemini[0]["message"]
+                                    "required": ["child"]},
+                           "money": {"type": "integer", "minimum": 1}}}
+    conversion = to_gemini(recursive)
+    assert conversion.schema == {
+        "type": "object", "required": ["tree", "one", "either", "maybe", "money"],
+        "properties": {"tree": {"type": "object", "properties": {"child": {"type": "object"}}, "required": ["child"]},
+                       "one": {}, "either": {},
+                       "maybe": {"type": "string", "nullable": True, "enum": ["x"]},
+                       "money": {"type": "integer", "minimum": 1}}}
+    # The recursion is reported in the definition, where the writer changes it, not where it is used.
+    assert [c.pointer for c in conversion.changes] == ["/$defs/node/properties/child/$ref", "/properties/one/const",
+                                                       "/properties/either/type"]
+    assert "recursive" in conversion.changes[0].message
     assert dialect_problems({"type": "array", "items": {"type": "string"}})[0] == {
         "client": "mcp", "path": "/", "message": "the input schema's root must be an object (type: object)"}
-    assert dialect_problems(TRANSFER_SCHEMA) == []
+    assert [p for p in dialect_problems(TRANSFER_SCHEMA) if p["client"] != "openai"] == []
 
 
 def test_open_services_carries_the_providers_of_the_models_file(settings, db_url, tmp_path):

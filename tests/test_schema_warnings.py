@@ -123,7 +123,7 @@ def test_aliases_give_each_warning_the_field_of_its_write(api):
       clean: createAction(id: $a, input: $x) { version }
       odd: createAction(id: $b, input: $y) { version } } }"""
     body = api.post(document, {"a": first, "b": second, "x": with_schema(schema(n={"type": "integer"}), "one"),
-                               "y": with_schema(schema(k={"const": "k"}), "two")}).json()
+                               "y": with_schema(schema(k={"const": 1}), "two")}).json()
     assert "errors" not in body, body
     assert [(w["field"], w["path"], w["client"]) for w in warnings_of(body)] == [
         ("writes.odd", "tool.inputSchema.properties.k.const", "gemini")]
@@ -131,7 +131,7 @@ def test_aliases_give_each_warning_the_field_of_its_write(api):
 
 def test_a_dry_run_answers_the_warnings_and_writes_nothing(api):
     action_id = str(uuid.uuid4())
-    body = api.post(CREATE, {"id": action_id, "input": with_schema(schema(k={"const": "k"}))},
+    body = api.post(CREATE, {"id": action_id, "input": with_schema(schema(k={"const": 1}))},
                     headers={"Ledger-Dry-Run": "true"}).json()
     assert [w["client"] for w in warnings_of(body)] == ["gemini"]
     assert api.gql(READ, {"id": action_id})["actions"]["action"] is None
@@ -141,7 +141,7 @@ def test_a_failed_request_answers_no_warnings(api):
     document = """mutation($a: UUID!, $x: ActionInput!) { actions {
       w: createAction(id: $a, input: $x) { version }
       again: createAction(id: $a, input: $x) { version } } }"""
-    body = api.post(document, {"a": str(uuid.uuid4()), "x": with_schema(schema(k={"const": "k"}))}).json()
+    body = api.post(document, {"a": str(uuid.uuid4()), "x": with_schema(schema(k={"const": 1}))}).json()
     assert body["errors"][0]["extensions"]["code"] == "already_exists"
     assert "extensions" not in body
 
@@ -184,7 +184,12 @@ def rules(input_schema: dict, kind: str = "tool", output_schema: dict | None = N
 
 
 def test_objects_listing_their_properties_are_closed_by_the_adapter_without_a_warning():
-    assert rules({"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {}}}}}) == []
+    assert rules({"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "string"}}}}}) == []
+
+
+def test_a_property_of_any_value_cannot_be_said_in_openai_strict_mode():
+    # Strict mode wants a type on every schema: `{}` makes the adapter fall back to non-strict.
+    assert rules({"type": "object", "properties": {"b": {}}}) == [("tool.inputSchema.properties.b", "openai")]
 
 
 def test_an_open_map_or_an_object_without_properties_cannot_be_closed_for_openai():
@@ -197,7 +202,7 @@ def test_an_open_map_or_an_object_without_properties_cannot_be_closed_for_openai
 @pytest.mark.parametrize("keyword, value", [
     ("patternProperties", {"^x": {"type": "string"}}), ("propertyNames", {"maxLength": 3}),
     ("minProperties", 1), ("maxProperties", 2), ("minLength", 1), ("maxLength", 9), ("uniqueItems", True),
-    ("contains", {"type": "integer"}), ("allOf", [{"type": "object"}]), ("oneOf", [{"type": "object"}]),
+    ("contains", {"type": "integer"}), ("allOf", [{"type": "object"}]), ("oneOf", [{"type": "string"}]),
     ("not", {"type": "null"}), ("if", {"type": "object"}), ("dependentRequired", {"a": ["b"]}),
 ])
 def test_keywords_outside_openai_strict_modes_subset_are_warnings(keyword, value):
@@ -261,3 +266,111 @@ properties.site = {{ type = "string", format = "uri" }}
     assert result.stderr.splitlines() == [
         f"warning: {toml}: tool.inputSchema.properties.site.format: openai: {OPENAI_FORMAT}"]
     assert result.stdout.splitlines()[-1] == "1 action(s): 1 created, 0 updated, 0 unchanged"
+
+
+# ---------------------------------------------------------------------------- one rule set
+
+# A sample value of every assertion keyword of draft 2020-12 (and draft 7's), each on a property whose
+# type suits it, so that the converter meets each keyword alone.
+KEYWORD_SAMPLES = [
+    ("string", "minLength", 1), ("string", "maxLength", 9), ("string", "pattern", "^[a-z]+$"),
+    ("string", "format", "uri"), ("string", "format", "date"), ("string", "enum", ["a", "b"]), ("string", "const", "a"),
+    ("number", "minimum", 0), ("number", "maximum", 9), ("number", "exclusiveMinimum", 0),
+    ("number", "exclusiveMaximum", 9), ("number", "multipleOf", 0.5), ("integer", "const", 1),
+    ("array", "minItems", 1), ("array", "maxItems", 3), ("array", "uniqueItems", True),
+    ("array", "contains", {"type": "string"}), ("array", "minContains", 1), ("array", "prefixItems", [{"type": "string"}]),
+    ("array", "unevaluatedItems", False),
+    ("object", "minProperties", 1), ("object", "maxProperties", 2), ("object", "propertyNames", {"maxLength": 3}),
+    ("object", "patternProperties", {"^x": {"type": "string"}}), ("object", "dependentRequired", {"a": ["b"]}),
+    ("object", "dependentSchemas", {"a": {"required": ["b"]}}), ("object", "unevaluatedProperties", False),
+    ("object", "additionalProperties", {"type": "string"}), ("object", "additionalProperties", True),
+    ("string", "allOf", [{"minLength": 1}]), ("string", "anyOf", [{"minLength": 1}, {"maxLength": 0}]),
+    ("string", "oneOf", [{"type": "string"}]), ("string", "not", {"const": "x"}), ("string", "if", {"const": "x"}),
+    ("string", "title", "Name"), ("string", "default", "a"), ("string", "examples", ["a"]), ("string", "$comment", "c"),
+]
+
+
+def _field(type_: str, keyword: str, value) -> dict:
+    field = {"type": type_, keyword: value}
+    if type_ == "array":
+        field["items"] = {"type": "string"}
+    if type_ == "object":
+        field["properties"] = {"a": {"type": "string"}, "b": {"type": "string"}}
+    return field
+
+
+CORPUS = [schema(field=_field(*sample)) for sample in KEYWORD_SAMPLES] + [
+    {"type": "object", "properties": {"field": _field(*sample)}, "required": ["field"]} for sample in KEYWORD_SAMPLES
+] + [
+    {"type": "object", "properties": {"amount": {"$ref": "#/$defs/money"}, "memo": {"type": ["string", "null"]}},
+     "$defs": {"money": {"type": "integer", "minimum": 1, "maxLength": 3}}},
+    {"type": "object", "properties": {"next": {"$ref": "#"}, "v": {"type": "integer"}}},
+    {"type": "object", "properties": {"anything": {}}},
+    {"type": "object", "additionalProperties": False},
+    {"type": "object", "anyOf": [{"required": ["a"]}], "properties": {"a": {"type": "string"}}},
+    {"type": "object", "properties": {"t": {"type": "array", "items": [{"type": "string"}]}}},
+]
+ANNOTATION_KEYWORDS = {"title", "default", "examples", "$comment", "$schema", "$id"}
+
+
+def _null_wrapped(converted):
+    """What strict mode made nullable: `{"anyOf": [X, {"type": "null"}]}` is X."""
+    if isinstance(converted, dict) and list(converted) == ["anyOf"] and len(converted["anyOf"]) == 2 \
+            and converted["anyOf"][1] == {"type": "null"}:
+        return converted["anyOf"][0]
+    return None
+
+
+def keeps_every_rule(original, converted) -> bool:
+    """Whether `converted` says every rule of `original`, at the same place, up to strict mode's
+    rewrites that keep what is accepted: an optional property made nullable, an object closed."""
+    if not isinstance(original, dict):
+        return original == converted
+    wrapped = _null_wrapped(converted)
+    if wrapped is not None and keeps_every_rule(original, wrapped):
+        return True
+    if not isinstance(converted, dict):
+        return False
+    for key, value in original.items():
+        if key in ANNOTATION_KEYWORDS:
+            continue
+        mine = converted.get(key, "<absent>")
+        if key == "type":
+            types = value if isinstance(value, list) else [value]
+            ok = mine == value or mine == [*types, "null"]
+        elif key == "enum":
+            ok = mine in (value, [*value, None])
+        elif key == "required":
+            ok = isinstance(mine, list) and set(value) <= set(mine)
+        elif key in ("properties", "$defs") and isinstance(value, dict):
+            ok = isinstance(mine, dict) and set(mine) == set(value) and all(
+                keeps_every_rule(value[k], mine[k]) for k in value)
+        elif key == "anyOf" and isinstance(value, list):
+            ok = isinstance(mine, list) and len(mine) == len(value) and all(
+                keeps_every_rule(a, b) for a, b in zip(value, mine))
+        elif key == "items" and isinstance(value, dict):
+            ok = keeps_every_rule(value, mine)
+        else:
+            ok = mine == value
+        if not ok:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("input_schema", CORPUS)
+def test_an_openai_warning_appears_exactly_when_its_adapter_changes_what_the_schema_says(input_schema):
+    from ledger.models.dialects import to_openai
+
+    conversion = to_openai(input_schema)
+    warned = [w for w in dialect_warnings({"inputSchema": input_schema}) if w["client"] == "openai"]
+    unchanged = conversion.strict and keeps_every_rule(input_schema, conversion.schema)
+    assert bool(warned) == (not unchanged), (warned, conversion.schema)
+
+
+@pytest.mark.parametrize("input_schema", CORPUS)
+def test_every_warning_is_a_change_the_converters_report_at_its_path(input_schema):
+    from ledger.models.dialects import to_gemini, to_openai
+
+    changes = [*to_openai(input_schema).changes, *to_gemini(input_schema).changes]
+    assert [(w["client"], w["message"]) for w in dialect_warnings({"inputSchema": input_schema})] == \
+        [(c.client, c.message) for c in changes]

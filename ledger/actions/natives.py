@@ -188,7 +188,7 @@ NATIVE_TOOLS = {
     },
     "model_call": {
         "id": MODEL_CALL_ID,
-        "description": "One request of an agent's turn to its model: the provider, the model, the new messages "
+        "description": "One request to a model, made by an agent's turn or a model tool: the provider, the model, the new messages "
                        "of the request and the response, the stop reason, the token usage and the latency.",
         "inputSchema": MODEL_CALL_INPUT,
         "outputSchema": MODEL_CALL_OUTPUT,

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from ..errors import LedgerError
 from ..policy.cel import CelError, compile_expression_check
 from ..policy.statements import parse_policies
+from .model_config import check_model_tool_config
 from .natives import AGENT_NATIVES, NATIVE_KINDS, NATIVE_TOOLS, RESERVED_NAMES, SERVER_NATIVES
 from .agent_config import check_agent_config
 from .schemas import schema_problems
@@ -24,9 +25,13 @@ MAX_SOURCE_BYTES = 64 * 1024
 MAX_RESPONSE_TIMEOUT_MS = 300_000
 DEFAULT_RESPONSE_TIMEOUT_MS = 30_000
 MAX_ATTEMPTS_LIMIT = 100
-KINDS_WITH_TOOL_BLOCK = {"tool", "agent"} | set(NATIVE_KINDS)
+KINDS_WITH_TOOL_BLOCK = {"tool", "agent", "model"} | set(NATIVE_KINDS)
+# A tool block is required: a tool has nothing else to be called by; a model tool is its schemas.
+KINDS_NEEDING_TOOL_BLOCK = {"tool": "a tool action needs a tool block (name, description, inputSchema)",
+                            "model": "a model action needs a tool block (name, description, inputSchema, "
+                                     "outputSchema): the model is asked for an answer of the outputSchema's shape"}
 KINDS_WITH_TOOLS = {"tool", "agent"}
-SUPPORTED_KINDS = ("tool", "graphql", "cel", "agent")
+SUPPORTED_KINDS = ("tool", "graphql", "cel", "agent", "model")
 KINDS_WITH_SESSIONS = {"tool", "agent"}
 OFFLOAD_MODES = ("AUTO", "NEVER")
 AGENT_LISTABLE_NATIVES = frozenset(NATIVE_KINDS)
@@ -163,8 +168,8 @@ def check_name(name: Any, problems: Problems, *, keeps: str | None = None) -> No
 
 def _check_tool_block(kind: Any, block: Any, problems: Problems) -> dict | None:
     if block is None:
-        if kind == "tool":
-            problems.add("tool", "a tool action needs a tool block (name, description, inputSchema)")
+        if kind in KINDS_NEEDING_TOOL_BLOCK:
+            problems.add("tool", KINDS_NEEDING_TOOL_BLOCK[kind])
         if kind in NATIVE_KINDS:
             spec = NATIVE_TOOLS[kind]
             return {"name": kind, "description": spec["description"], "inputSchema": spec["inputSchema"],
@@ -188,7 +193,10 @@ def _check_tool_block(kind: Any, block: Any, problems: Problems) -> dict | None:
         input_schema = block.get("inputSchema")
         output_schema = block.get("outputSchema")
         _check_input_schema(input_schema, problems)
-        if output_schema is not None:
+        if output_schema is None and kind == "model":
+            problems.add("tool.outputSchema", "a model action needs an outputSchema: the shape of the answer the "
+                                              "model is asked for, and held to")
+        elif output_schema is not None:
             _add_schema_problems("tool.outputSchema", schema_problems(output_schema), problems)
     output = block.get("output") or {}
     offload = output.get("offload") if isinstance(output, dict) else None
@@ -265,6 +273,8 @@ def _check_config(kind: Any, config: Any, problems: Problems) -> dict | None:
         return {"runtime": "starlark", "src": src}
     if kind == "agent":
         return check_agent_config(config, problems.add)
+    if kind == "model":
+        return check_model_tool_config(config, problems.add)
     if kind in NATIVE_KINDS:
         if config is None:
             return {"version": 1}

@@ -25,6 +25,7 @@ from ..values import value_problem
 from .agent_turn import run_turn
 from .failures import CallFailed, graphql_failure
 from .host import ToolHost, execute_graphql
+from .model_tool import run_model_tool
 from .records import PendingExecution
 from .references import program_tool_names, resolve_tools
 from .statement_timeout import statements_bounded_by
@@ -88,6 +89,8 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
             elif record["kind"] == "agent":
                 output = run_turn(scope, tree, record, input, pending, deadline, layer=tool_layer(record),
                                   run_call=run_call)
+            elif record["kind"] == "model":
+                output = run_model_tool(scope, tree, record, input, pending, deadline)
             else:
                 output = _run_native(scope, tree, record, input, pending)
             _check_output(record, output)

@@ -144,6 +144,9 @@ class PendingExecution:
     usage: dict | None = None
     action_name: str | None = None  # for metrics and logs
     action_kind: str | None = None  # for metrics: the kind is ours to name, unlike the action's name
+    # {inputTokens, outputTokens, modelCalls} of the model calls this call made itself (a model tool, an
+    # agent); None for a call that made none.
+    usage: dict | None = None
 
     @property
     def duration_ms(self) -> float | None:

@@ -2,7 +2,7 @@
 `anthropic` and `scripted` adapters, the models file that configures them, and the JSON Schema dialects
 of model clients (DESIGN 16)."""
 
-from .dialects import dialect_problems, openai_strict, restore_optional
+from .dialects import Change, Conversion, dialect_changes, dialect_problems, restore_optional, to_gemini, to_openai
 from .failures import (ModelDeadline, ModelRequestRejected, ModelResponseInvalid, ModelUnavailable,
                        ModelsConfigInvalid, scrub)
 from .registry import ModelProviders, load_models
@@ -10,8 +10,8 @@ from .types import (AssistantMessage, ForcedTool, Message, ModelProvider, ModelR
                     ToolResult, ToolSpec, Usage, UserMessage)
 
 __all__ = [
-    "AssistantMessage", "ForcedTool", "Message", "ModelDeadline", "ModelProvider", "ModelProviders",
+    "AssistantMessage", "Change", "Conversion", "ForcedTool", "Message", "ModelDeadline", "ModelProvider", "ModelProviders",
     "ModelRequest", "ModelRequestRejected", "ModelResponse", "ModelResponseInvalid", "ModelUnavailable",
-    "ModelsConfigInvalid", "ToolCall", "ToolResult", "ToolSpec", "Usage", "UserMessage", "dialect_problems",
-    "load_models", "openai_strict", "restore_optional", "scrub",
+    "ModelsConfigInvalid", "ToolCall", "ToolResult", "ToolSpec", "Usage", "UserMessage", "dialect_changes",
+    "dialect_problems", "load_models", "restore_optional", "scrub", "to_gemini", "to_openai",
 ]

@@ -9,7 +9,7 @@ from typing import Any
 
 from . import sdk
 from .base import HTTPProvider
-from .dialects import openai_strict, restore_optional
+from .dialects import restore_optional, to_openai
 from .types import (MAX_TOKENS, STOP, TOOL_CALLS, AssistantMessage, ForcedTool, ModelRequest, ModelResponse,
                     ToolCall, ToolResult, Usage, UserMessage)
 
@@ -40,10 +40,11 @@ class OpenAIProvider(HTTPProvider):
                         lambda: create(**self.sdk_arguments(create, body), timeout=timeout))
 
     def _schema(self, schema: dict) -> tuple[dict, bool]:
+        """(what is sent, strict); what the conversion changes is what a write warned about."""
         if not self.strict:
             return schema, False
-        converted, _problems = openai_strict(schema)
-        return (converted, True) if converted is not None else (schema, False)
+        conversion = to_openai(schema)
+        return conversion.schema, conversion.strict
 
     def wire_request(self, request: ModelRequest) -> dict:
         messages: list[dict] = []
@@ -116,7 +117,7 @@ class OpenAIProvider(HTTPProvider):
 
     def _restored(self, text: str, schema: dict | None) -> str:
         """The model's JSON without the nulls strict mode asked of it for optional properties."""
-        if schema is None or not self.strict or openai_strict(schema)[0] is None:
+        if schema is None or not self._schema(schema)[1]:
             return text
         try:
             value = json.loads(text)
