@@ -122,8 +122,8 @@ def test_its_model_request_is_recorded_as_a_model_call_child(api, services, scri
     assert (child["actionId"], child["status"], child["callSequence"], child["depth"]) == (
         str(MODEL_CALL_ID), "SUCCEEDED", 1, 1)
     assert child["invocation"]["input"] == {
-        "provider": "scripted", "model": "test-model", "instructions": INSTRUCTIONS,
-        "messages": [{"role": "user", "content": '{"memo":"lunch"}'}], "outputSchema": OUTPUT_SCHEMA}
+        "provider": "scripted", "model": "test-model", "toolChoice": "auto", "tools": [], "structuredOutput": True,
+        "messages": [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": '{"memo":"lunch"}'}]}
     output = child["invocation"]["output"]
     assert (output["stopReason"], output["usage"], output["attempts"]) == (
         "stop", {"inputTokens": 40, "outputTokens": 6}, 1)
@@ -153,7 +153,8 @@ def test_an_invalid_answer_goes_back_to_the_model_once_and_the_corrected_one_is_
     assert second.instructions == first.instructions == INSTRUCTIONS
     # The second model_call records what was new: the correction (the wrong answer is the first's output).
     assert [c["invocation"]["input"]["messages"] for c in execution["children"]] == [
-        [{"role": "user", "content": '{"memo":"taxi"}'}], [{"role": "user", "content": correction(problem)}]]
+        [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": '{"memo":"taxi"}'}],
+        [{"role": "user", "content": correction(problem)}]]
     assert execution["invocation"]["usage"]["modelCalls"] == 2
 
 

@@ -103,17 +103,14 @@ def invocable_record(scope: Scope, action_id: uuid.UUID, version: int | None, *,
         scope.require("INVOKE", ACTION, as_document(record))
         name = record["name"]
         if record["native"] and name in natives.AGENT_NATIVES:
-            # They act for an agent's turn, which runs them itself (DESIGN 11, 13).
-            raise ActionNotCallable(f"the native {name!r} acts for an agent's turn and cannot be invoked or "
-                                    "started directly", hint="an agent's turn runs it; invoke the agent instead")
+            # An agent's turn or a model tool runs them itself (DESIGN 11, 13), never a caller.
+            raise ActionNotCallable(f"the native {name!r} acts for an agent or a model tool and cannot be invoked "
+                                    "or started directly",
+                                    hint="call a model tool or an agent instead: each of its model requests is "
+                                         "recorded as a model_call child, and each read_result as its own")
         if record["native"] and name in natives.ACTS_FOR_CALLER and not acting_for_caller:
-            # Run directly, a native that acts for its caller (`invoke`, `program`, `model_call`, ...) would
-            # act for nobody: it runs only as a server's call, or as an agent's or a model tool's child.
-            if name in natives.AGENT_NATIVES:
-                raise ActionNotCallable(f"the native {name!r} acts for an agent or a model tool and cannot be "
-                                        "invoked or started directly",
-                                        hint="call a model tool or an agent instead: each of its model requests "
-                                             "is recorded as a model_call child")
+            # Run directly, a native that acts for an MCP server's caller (`invoke`, `program`, ...) would act
+            # for nobody: it runs only as a server's call.
             raise ActionNotCallable(f"the native {name!r} acts for an MCP server's caller and cannot be invoked "
                                     "or started directly",
                                     hint=f"list {name!r} in an MCP server (createMcpServer) and call it through "
