@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from invoke_helpers import publish, tool
+from invoke_helpers import invoke, publish, tool
 from trigger_helpers import (CREATE_TRIGGER, DELETE_TRIGGER, LIST_TRIGGERS, READ_TRIGGER, REVIEW, UPDATE_TRIGGER,
                              create_trigger, create_trigger_error, new_client, problems, trigger_input)
 
@@ -139,8 +139,6 @@ def test_writing_or_deleting_a_trigger_from_inside_an_execution_is_start_not_all
         '    r = graphql("""mutation($id: UUID!) { triggers { deleteTrigger(id: $id) { id } } }""",\n'
         '        variables={"id": d["id"]}, check=False)\n'
         '    return {"codes": [u["errors"][0]["extensions"]["code"], r["errors"][0]["extensions"]["code"]]}\n')))
-    from invoke_helpers import invoke
-
     done = invoke(api, writer, {"id": created["id"], "input": trigger_input(review, enabled=False)})
     assert done["invocation"]["output"] == {"codes": ["start_not_allowed", "start_not_allowed"]}
     assert api.gql(READ_TRIGGER, {"id": created["id"]})["triggers"]["trigger"] == created

@@ -11,7 +11,7 @@ from helpers import CREATE_TRANSFER, balance, create_account, funded_account, tr
 from invoke_helpers import ALL_ACCESS, invoke, publish, tool
 from test_metrics import scrape, value
 from test_queue import start, wait_for, worker  # noqa: F401 - worker is a fixture
-from trigger_helpers import REVIEW, create_trigger, new_client, runs, wait_for_runs
+from trigger_helpers import DELETE_TRIGGER, REVIEW, create_trigger, new_client, runs, wait_for_runs
 
 DISABLE_CLIENT = "mutation($id: UUID!) { clients { disableClient(id: $id) { enabled } } }"
 DISABLE_ACTION = "mutation($id: UUID!) { actions { disableAction(id: $id) { status } } }"
@@ -243,8 +243,6 @@ def test_a_target_that_cannot_be_called_records_a_failed_run_and_the_write_stand
 
 
 def test_a_disabled_or_deleted_trigger_does_not_fire(api, review):
-    from trigger_helpers import DELETE_TRIGGER
-
     disabled = create_trigger(api, review, name="disabled", enabled=False)
     deleted = create_trigger(api, review, name="deleted")
     api.gql(DELETE_TRIGGER, {"id": deleted["id"]})

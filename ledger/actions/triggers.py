@@ -103,13 +103,13 @@ def condition_of(trigger: Trigger) -> CompiledCondition | None:
     return compile_condition(trigger.condition, EVENT_VARIABLES) if trigger.condition is not None else None
 
 
-def run_input(trigger: Trigger, event: dict, record: Any) -> Any:
+def run_input(trigger: Trigger, event: dict) -> Any:
     """The run's input (its event's `data`): the trigger's input with its `$cel` values evaluated over
     `event` (the whole input, or each top-level value), or the record when the trigger has no input.
     CelError when an expression cannot be evaluated."""
     given = trigger.input
     if given is None:
-        return record
+        return event["record"]
     if _is_cel(given):
         return evaluate_expression(given["$cel"], {"event": event})
     if isinstance(given, dict):

@@ -30,6 +30,7 @@ from typing import Any
 from prometheus_client import Counter
 from psycopg.types.json import Jsonb
 
+from ..actions import natives
 from ..actions.registry import ACTION, as_document, load_action
 from ..actions.schemas import first_error
 from ..actions.triggers import (TRIGGERS_VERSION_COLUMN, TRIGGERS_WRITTEN, Trigger, condition_of,
@@ -37,7 +38,6 @@ from ..actions.triggers import (TRIGGERS_VERSION_COLUMN, TRIGGERS_WRITTEN, Trigg
 from ..auth.clients import client_layer
 from ..executions.admission import refused_version
 from ..executions.records import EXECUTION_COLUMNS, execution_event_record, record_json
-from ..actions import natives
 from ..policy.cel import CelError, cel_data
 from ..policy.chain import Chain
 from ..policy.principal import Principal
@@ -54,7 +54,6 @@ MAX_TRIGGER_DEPTH = 8
 MAX_RUNS_PER_TRANSACTION = 1024
 
 EXECUTION_INSERTED = "financial.ActionExecution.inserted"
-EXECUTION_UPDATED = "financial.ActionExecution.updated"
 
 __all__ = ["TRIGGERS_VERSION_COLUMN", "TriggerEvents", "remember_version"]
 
@@ -201,8 +200,10 @@ def _client(scope: Scope, client_id: uuid.UUID) -> tuple[Principal, dict | None]
 # ---------------------------------------------------------------------------- the run
 
 
-def _refusal(scope: Scope, trigger: Trigger, principal: Principal, chain: Chain, data: Any) -> tuple[dict | None, dict | None]:
-    """(the version to run, why the run fails before it starts, as an error)."""
+def _refusal(scope: Scope, trigger: Trigger, principal: Principal, chain: Chain,
+             data: Any) -> tuple[dict | None, dict | None]:
+    """(the version to run, why the run fails before it starts, as an error): the checks startAction makes
+    of its caller, made of the trigger's client as it is now."""
     record = load_action(scope, trigger.action_id, trigger.action_version)
     if record is None:
         return None, _error("action_not_callable", f"the trigger's action {trigger.action_id} has no version "
@@ -246,7 +247,7 @@ def _queue_run(scope: Scope, trigger: Trigger, principal: Principal, chain: Chai
     run_id = scope.services.execution_ids.triggered(trigger.id, cause, sequence)
     error = None
     try:
-        data = run_input(trigger, event, event["record"] if trigger.input is None else None)
+        data = run_input(trigger, event)
     except CelError as exc:
         data, error = None, _error("action_input_invalid", f"the trigger's input could not be evaluated: {exc.message}",
                                    "fix the $cel expression of the trigger's input")
