@@ -52,6 +52,39 @@ INVOKE = ("mutation($id: UUID!, $input: InvokeActionInput!) { actions { invokeAc
 READ = "query($id: UUID!) { financial { account(id: $id) { balance } } }"
 
 
+CREATE_TRIGGER = """mutation($id: UUID!, $input: TriggerInput!) { triggers { createTrigger(id: $id, input: $input) {
+  id } } }"""
+DELETE_TRIGGER = "mutation($id: UUID!) { triggers { deleteTrigger(id: $id) { id } } }"
+# Events the money-moving call does not raise (it raises Transfer.inserted, Account.updated twice and
+# ActionExecution.inserted): the triggers of the bench's "other types" side.
+OTHER_EVENTS = ("financial.Account.inserted", "financial.PlannedAction.inserted", "financial.PlannedAction.updated")
+
+
+def add_triggers(url: str, token: str, action_id: str, count: int) -> list[str]:
+    """`count` enabled triggers, with conditions, on events the money-moving call does not raise."""
+    client = Client(url, token)
+    ids = []
+    try:
+        for i in range(count):
+            trigger_id = str(uuid.uuid4())
+            client.data(CREATE_TRIGGER, {"id": trigger_id, "input": {
+                "name": f"bench_other_{i}", "event": OTHER_EVENTS[i % len(OTHER_EVENTS)], "actionId": action_id,
+                "condition": f'event.record.id != "" && {i} >= 0'}})
+            ids.append(trigger_id)
+    finally:
+        client.close()
+    return ids
+
+
+def delete_triggers(url: str, token: str, ids: list[str]) -> None:
+    client = Client(url, token)
+    try:
+        for trigger_id in ids:
+            client.data(DELETE_TRIGGER, {"id": trigger_id})
+    finally:
+        client.close()
+
+
 @dataclass
 class Fixtures:
     database_url: str

@@ -38,7 +38,7 @@ def table(results: dict) -> str:
         head += f" before (`{baseline}`) | ratio before |"
         rule += "---|---|"
     lines = [head, rule]
-    for key in ("money", "read", "mcp", "call_tree", "agent", "queue", "policy"):
+    for key in ("money", "triggers", "read", "mcp", "call_tree", "agent", "queue", "policy"):
         row = rows.get(key)
         if not row:
             continue
@@ -61,7 +61,8 @@ def details(results: dict) -> str:
     out.append(f"- Peak RSS of a server process: {_f(rss.get('server_mib'), 0, ' MiB')}"
                f" (a Starlark sandbox process beside it: {_f(rss.get('sandbox_mib'), 0, ' MiB')}).")
     rt = []
-    for key, label in (("money", "money-moving call"), ("read", "read"), ("mcp", "MCP tools/call"),
+    for key, label in (("money", "money-moving call"), ("triggers", "money-moving call with 10 triggers on other types"),
+                       ("read", "read"), ("mcp", "MCP tools/call"),
                        ("call_tree", "call tree (whole tree)"), ("queue", "queued execution")):
         row = rows.get(key) or {}
         ledger = row.get("ledger") or {}

@@ -21,10 +21,12 @@ from pathlib import Path
 
 from . import loadgen, peers, report, workloads
 from .env import ROOT, Cluster, RoundTrips, Server, Statements, Workers, export_revision, settings_text
-from .fixtures import populate, prepare_database
+from .fixtures import add_triggers, delete_triggers, populate, prepare_database
 
 MONEY_GOAL, READ_GOAL, TREE_GOAL, QUEUE_GOAL, POLICY_P99_US = 0.5, 1.0, 3.0, 1.0, 50.0
 MCP_GOAL = 0.8
+# The money-moving call with 10 triggers on other types, against the same call with none: at most 5% slower.
+TRIGGERS_GOAL, OTHER_TRIGGERS = 0.95, 10
 LEDGER_WORKERS, WORKER_CONCURRENCY = 2, 4
 
 
@@ -167,6 +169,21 @@ def main(argv: list[str] | None = None) -> int:
                     if tpcb_run:
                         anchors["tpcb"].append(tpcb_run)
             m["money"] = _median_run(runs, "calls_per_s")
+            if anchored:
+                # The same call with no trigger defined and with 10 triggers on other types, alternating in each
+                # round (a shared machine: both sides of the ratio see the same moment).
+                plain_runs, triggered_runs = [], []
+                for round_ in range(rounds):
+                    log(f"[{name}] money-moving call, no trigger defined, round {round_ + 1}/{rounds}")
+                    plain_runs.append(workloads.money(server, fx, args.seconds, stats, rt, warmup=0,
+                                                      loadgen_kind=args.loadgen))
+                    defined = add_triggers(server.url, fx.token, fx.noop_tool, OTHER_TRIGGERS)
+                    log(f"[{name}] the same with {OTHER_TRIGGERS} triggers on other types, round {round_ + 1}/{rounds}")
+                    triggered_runs.append(workloads.money(server, fx, args.seconds, stats, rt, warmup=0,
+                                                          loadgen_kind=args.loadgen))
+                    delete_triggers(server.url, fx.token, defined)
+                m["money_no_triggers"] = _median_run(plain_runs, "calls_per_s")
+                m["money_other_triggers"] = _median_run(triggered_runs, "calls_per_s")
             runs = []
             for round_ in range(rounds):
                 log(f"[{name}] read, round {round_ + 1}/{rounds}")
@@ -281,6 +298,17 @@ def build_rows(current: dict, before: dict | None, tpcb, select_only, pgl, gw, p
                f" p99 {tpcb['p99_ms']:.1f} ms") if tpcb else None,
         money["calls_per_s"] / tpcb["tps"] if tpcb else None, MONEY_GOAL, ">= 0.5x pgbench TPS",
         errors.get("pgbench"), anchor_statements=7 if tpcb else None)
+    plain, triggered = current.get("money_no_triggers"), current.get("money_other_triggers")
+    if plain and triggered:
+        rows["triggers"] = _row(
+            f"money-moving call, {OTHER_TRIGGERS} triggers on other types defined", triggered,
+            f"{triggered['calls_per_s']:,.0f} calls/s, p50 {triggered['p50_ms']:.1f} ms,"
+            f" p99 {triggered['p99_ms']:.1f} ms, {triggered['roundtrips_per_call']} round trips",
+            plain, f"the same call, no trigger defined: {plain['calls_per_s']:,.0f} calls/s,"
+                   f" p50 {plain['p50_ms']:.1f} ms, {plain['roundtrips_per_call']} round trips",
+            triggered["calls_per_s"] / plain["calls_per_s"] if plain["calls_per_s"] else None, TRIGGERS_GOAL,
+            f">= {TRIGGERS_GOAL}x the same call without triggers", None,
+            anchor_statements=plain.get("statements_per_call"))
     read = current["read"]
     row = _row("read (`account(id) { balance }`)", read,
                f"{read['rps']:,.0f} req/s, p50 {read['p50_ms']:.2f} ms, p99 {read['p99_ms']:.2f} ms",

@@ -50,6 +50,9 @@ class Scope:
     # A dry run (`Ledger-Dry-Run: true`) rolls the request back: work that would commit on a connection of
     # its own (a session) stays in the request's transaction instead.
     dry_run: bool = False
+    # The trigger depth of what this scope writes for (DESIGN 15): 0 for a client's request, the run's
+    # own depth inside a trigger-started run; a trigger fired by a write here runs one level deeper.
+    trigger_depth: int = 0
 
     @property
     def tenant_id(self) -> uuid.UUID:

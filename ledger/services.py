@@ -48,6 +48,21 @@ class ChildIds(Protocol):
 
     def child(self, parent: uuid.UUID, attempt: int, sequence: int) -> uuid.UUID: ...
 
+    def triggered(self, trigger: uuid.UUID, cause: uuid.UUID, sequence: int) -> uuid.UUID: ...
+
+
+class RecordEvents(Protocol):
+    """Record events (DESIGN 15): told of every write that the section's table names, in the writing
+    transaction, it queues the runs of the matching enabled triggers on that same transaction. It never
+    fails the write (a run that cannot run is queued failed); `Retryable` and database errors propagate.
+
+    `record` is the row as written (column names), `previous` its values before an update (None for an
+    insert). Lower layers (the domain, the execution records) raise events through this port, without
+    knowing the queue exists."""
+
+    def raised(self, scope: "Scope", event_type: str, record_type: str, record: dict,
+               previous: dict | None = None) -> None: ...
+
 
 @dataclass
 class Services:
@@ -56,6 +71,8 @@ class Services:
     tokens: TokenIssuer
     execution_ids: ChildIds
     graphql: GraphQLRunner
+    # Record events start the matching triggers' runs (queue/triggers.py, wired in ledger/wiring.py).
+    record_events: RecordEvents
     analyze_program: ProgramAnalyzer | None = None
     # The model providers of the models file (`settings.models_file`), for agents and model tools.
     models: ModelProviders = field(default_factory=ModelProviders.empty)

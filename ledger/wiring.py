@@ -21,6 +21,7 @@ from .config import Settings
 from .db.pool import Database
 from .executions.ids import ExecutionIds
 from .models import ModelProviders, load_models
+from .queue.triggers import TriggerEvents
 from .queue.worker import Worker
 from .services import Services
 
@@ -34,7 +35,8 @@ def open_services(settings: Settings, conninfo: str, models: ModelProviders | No
                        wait_timeout=settings.pool_wait, max_waiting=settings.pool_queue)
     return Services(
         settings=settings, db=db, tokens=TokenService(secret), execution_ids=ExecutionIds.from_secret(secret),
-        graphql=GraphQLDocuments(schema), analyze_program=partial(analyze_program, schema=schema._schema),
+        graphql=GraphQLDocuments(schema), record_events=TriggerEvents(),
+        analyze_program=partial(analyze_program, schema=schema._schema),
         models=models,
     )
 

@@ -17,7 +17,10 @@ def test_bench_harness_runs_every_ledger_workload(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     rows = results["rows"]
-    assert set(rows) == {"money", "read", "mcp", "call_tree", "agent", "queue", "policy"}
+    assert set(rows) == {"money", "triggers", "read", "mcp", "call_tree", "agent", "queue", "policy"}
+    # The money-moving call with triggers on other types, beside the same call with none, in the same run.
+    assert rows["triggers"]["ledger"]["transfers"] > 0 and rows["triggers"]["anchor"]["transfers"] > 0
+    assert rows["triggers"]["ratio"] > 0
     assert rows["money"]["ledger"]["transfers"] > 0
     assert rows["money"]["ledger"]["statements_per_call"] > 0
     assert rows["read"]["ledger"]["requests"] > 0 and rows["read"]["ledger"]["errors"] == 0

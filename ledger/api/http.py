@@ -25,6 +25,7 @@ from ..db.retry import retry_lost_races
 from ..errors import LedgerError, Retryable, Unauthenticated
 from ..executions.tree import model_was_called, not_rerun_hint
 from ..policy.chain import Chain
+from ..queue.triggers import TRIGGERS_VERSION_COLUMN, remember_version
 from ..scope import Scope
 from ..services import Services
 from . import documents
@@ -173,12 +174,14 @@ class GraphQLEndpoint:
         try:
             # The client's row is read in the same round trip as BEGIN and the tenant's set_config.
             with services.db.transaction(claims.tenant_id, deadline=deadline, rollback=dry_run,
-                                         first=principal_query(claims.tenant_id, claims.client_id)) as conn:
+                                         first=principal_query(claims.tenant_id, claims.client_id,
+                                                               also=TRIGGERS_VERSION_COLUMN)) as conn:
                 principal, policies = load_principal(conn, claims.tenant_id, claims.client_id, claims.raw,
                                                      row=conn.ledger_first)
                 chain = Chain((client_layer(principal, policies),))
                 scope = Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline,
                               dry_run=dry_run, request_state=request_state)
+                remember_version(scope, conn.ledger_first["triggers_version"])
                 context = RequestContext(scope)
                 try:
                     result = documents.execute(schema, scope, query, variables, operation_name, documents.HTTP,

@@ -11,7 +11,7 @@ from graphql import specified_rules
 from strawberry.schema.config import StrawberryConfig
 from strawberry.scalars import JSON
 
-from ..actions import mcp_servers, registry
+from ..actions import mcp_servers, registry, triggers
 from ..auth import clients
 from ..db.paging import clamp_first
 from ..domain import accounts
@@ -26,11 +26,13 @@ from .types import (
     ActionStatus,
     Client,
     Effect,
+    ExecutionStatus,
     IssuedToken,
     McpServer,
     Operation,
     Session,
     Transfer,
+    Trigger,
     Viewer,
     scope_of,
 )
@@ -133,6 +135,34 @@ class McpServerInput:
         return {"name": self.name, "description": self.description, "instructions": self.instructions,
                 "tools": references_json(self.tools), "policies": policies_json(self.policies),
                 "enabled": self.enabled}
+
+
+@strawberry.input
+class TriggerInput:
+    name: str
+    event: str
+    condition: Optional[str] = None
+    action_id: uuid.UUID
+    action_version: Optional[int] = None
+    input: Optional[JSON] = None
+    enabled: Optional[bool] = None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "event": self.event, "condition": self.condition, "actionId": self.action_id,
+                "actionVersion": self.action_version, "input": self.input, "enabled": self.enabled}
+
+
+@strawberry.input
+class ExecutionWhere:
+    action_id: Optional[uuid.UUID] = None
+    trigger_id: Optional[uuid.UUID] = None
+    status: Optional[ExecutionStatus] = None
+    parent_execution_id: Optional[uuid.UUID] = None
+
+    def to_json(self) -> dict:
+        return {"action_id": self.action_id, "trigger_id": self.trigger_id,
+                "status": self.status.value if self.status else None,
+                "parent_execution_id": self.parent_execution_id}
 
 
 @strawberry.input
@@ -265,6 +295,25 @@ class ActionsQuery:
         row = sessions.get_session(scope_of(info), id)
         return Session.from_row(row) if row else None
 
+    @strawberry.field(description="Executions in (createdAt, id) order: top-level ones, unless parentExecutionId")
+    def executions(self, info: strawberry.Info, where: Optional[ExecutionWhere] = None, first: Optional[int] = 50,
+                   after: Optional[str] = None) -> list[ActionExecution]:
+        found = records.list_executions(scope_of(info), where.to_json() if where else {}, clamp_first(first, 50),
+                                        after)
+        return [ActionExecution.from_record(r) for r in found]
+
+
+@strawberry.type
+class TriggersQuery:
+    @strawberry.field
+    def trigger(self, info: strawberry.Info, id: uuid.UUID) -> Optional[Trigger]:
+        found = triggers.get_trigger(scope_of(info), id)
+        return Trigger.from_trigger(found) if found else None
+
+    @strawberry.field
+    def triggers(self, info: strawberry.Info, first: Optional[int] = 100, after: Optional[str] = None) -> list[Trigger]:
+        return [Trigger.from_trigger(t) for t in triggers.list_triggers(scope_of(info), clamp_first(first, 100), after)]
+
 
 @strawberry.type
 class McpServersQuery:
@@ -289,6 +338,10 @@ class Query:
     @strawberry.field
     def mcp_servers(self) -> McpServersQuery:
         return McpServersQuery()
+
+    @strawberry.field
+    def triggers(self) -> TriggersQuery:
+        return TriggersQuery()
 
     @strawberry.field
     def financial(self) -> FinancialQuery:
@@ -430,6 +483,24 @@ class McpServersMutation:
 
 
 @strawberry.type
+class TriggersMutation:
+    @strawberry.mutation
+    @mutation_step
+    def create_trigger(self, info: strawberry.Info, id: uuid.UUID, input: TriggerInput) -> Trigger:
+        return Trigger.from_trigger(triggers.create_trigger(scope_of(info), id, input.to_json()))
+
+    @strawberry.mutation
+    @mutation_step
+    def update_trigger(self, info: strawberry.Info, id: uuid.UUID, input: TriggerInput) -> Trigger:
+        return Trigger.from_trigger(triggers.update_trigger(scope_of(info), id, input.to_json()))
+
+    @strawberry.mutation
+    @mutation_step
+    def delete_trigger(self, info: strawberry.Info, id: uuid.UUID) -> Trigger:
+        return Trigger.from_trigger(triggers.delete_trigger(scope_of(info), id))
+
+
+@strawberry.type
 class Mutation:
     @strawberry.field
     def actions(self) -> ActionsMutation:
@@ -446,6 +517,10 @@ class Mutation:
     @strawberry.field
     def mcp_servers(self) -> McpServersMutation:
         return McpServersMutation()
+
+    @strawberry.field
+    def triggers(self) -> TriggersMutation:
+        return TriggersMutation()
 
 
 MAX_TOKENS = 20_000

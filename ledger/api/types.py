@@ -251,6 +251,27 @@ class McpServer:
                    path=server.path, created_at=server.created_at)
 
 
+@strawberry.type
+class Trigger:
+    id: uuid.UUID
+    name: str
+    event: str
+    condition: Optional[str]
+    action_id: uuid.UUID
+    action_version: Optional[int]
+    input: Optional[JSON]
+    enabled: bool
+    client_id: uuid.UUID = strawberry.field(
+        description="Whose authority its runs carry: the client that wrote it last")
+    created_at: datetime.datetime
+
+    @classmethod
+    def from_trigger(cls, trigger: Any) -> "Trigger":
+        return cls(id=trigger.id, name=trigger.name, event=trigger.event, condition=trigger.condition,
+                   action_id=trigger.action_id, action_version=trigger.action_version, input=trigger.input,
+                   enabled=trigger.enabled, client_id=trigger.client_id, created_at=trigger.created_at)
+
+
 # ---------------------------------------------------------------------------- executions
 
 
@@ -338,6 +359,11 @@ class ActionExecution:
         description="Recorded beneath a failed call, a rolled-back attempt or a preview: none of its writes remain")
     mcp_server_id: Optional[uuid.UUID] = strawberry.field(
         default=None, description="The MCP server the call was made through; null for a call not made through one")
+    trigger_id: Optional[uuid.UUID] = strawberry.field(
+        default=None, description="The trigger that started this run; null for a run no trigger started")
+    trigger_depth: int = strawberry.field(
+        default=0, description="0 for what a client did; 1 for a run fired by a client's write, one more for each"
+                               " trigger-started run in between (at most 8)")
     _invocations: strawberry.Private[Optional[list[dict]]] = None
 
     @strawberry.field
@@ -379,6 +405,7 @@ class ActionExecution:
                                  record_id=uuid.UUID(event["recordId"]) if event.get("recordId") else None),
             session_id=rec.get("session_id"), created_at=rec["created_at"],
             rolled_back=rec.get("rolled_back", False), mcp_server_id=rec.get("mcp_server_id"),
+            trigger_id=rec.get("trigger_id"), trigger_depth=rec.get("trigger_depth") or 0,
             _invocations=rec.get("invocations"),
         )
 

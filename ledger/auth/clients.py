@@ -49,9 +49,14 @@ _PRINCIPAL = "SELECT name, enabled, policies FROM clients WHERE tenant_id = %s A
 _UNREAD = object()
 
 
-def principal_query(tenant_id: uuid.UUID, client_id: uuid.UUID) -> tuple[str, tuple]:
-    """The statement load_principal runs, for a caller that sends it ahead (Database.transaction's `first`)."""
-    return _PRINCIPAL, (tenant_id, client_id)
+def principal_query(tenant_id: uuid.UUID, client_id: uuid.UUID, *, also: str | None = None) -> tuple[str, tuple]:
+    """The statement load_principal runs, for a caller that sends it ahead (Database.transaction's `first`).
+
+    `also`: more columns the caller reads in the same statement (the tenant's trigger version), so that
+    what its transaction needs to know first costs no round trip of its own."""
+    if also is None:
+        return _PRINCIPAL, (tenant_id, client_id)
+    return _PRINCIPAL.replace(" FROM clients", f", {also} FROM clients", 1), (tenant_id, client_id)
 
 
 def load_principal(conn: psycopg.Connection, tenant_id: uuid.UUID, client_id: uuid.UUID,

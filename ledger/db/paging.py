@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import InvalidInput
 
@@ -52,8 +52,10 @@ def page_after(scope: Any, table: str, columns: str, first: int, after: str | No
 
 
 def page_visible(scope: Any, resource: str, table: str, columns: str, first: int, after: str | None, *,
-                 where: str | None = None, params: tuple = (), id_column: str = "id") -> list[dict]:
+                 where: str | None = None, params: tuple = (), id_column: str = "id",
+                 document: Callable[[dict], dict] | None = None) -> list[dict]:
     """Up to `first` rows the chain lets the reader SELECT on `resource`, in (created_at, id) order.
+    `document`: the record as policies see it, when that is not the row itself.
 
     Rows the reader may not see do not count toward the page: reading on past them keeps a short page
     meaning "the end", so a client paging with `after` never stops early.
@@ -63,7 +65,10 @@ def page_visible(scope: Any, resource: str, table: str, columns: str, first: int
     while len(visible) < first:
         batch = min(max(first - len(visible), 100), MAX_PAGE)
         rows = page_after(scope, table, columns, batch, cursor, where=where, params=params, id_column=id_column)
-        visible.extend(scope.visible(resource, rows))
+        if document is None:
+            visible.extend(scope.visible(resource, rows))
+        else:
+            visible.extend(row for row in rows if scope.allows("SELECT", resource, document(row)))
         if len(rows) < batch:
             break
         cursor = str(rows[-1][id_column])

@@ -75,6 +75,7 @@ def create_account(scope: Scope, account_id: uuid.UUID, name: str, currency: str
     if created is None:
         raise AlreadyExists(f"an account with id {account_id} already exists",
                             hint="choose a new UUID for a new account")
+    scope.services.record_events.raised(scope, "financial.Account.inserted", "financial.Account", created)
     return created
 
 
@@ -143,11 +144,16 @@ def create_transfer(scope: Scope, transfer_id: uuid.UUID, from_id: uuid.UUID, to
     if created is None:
         raise AlreadyExists(f"a transfer with id {transfer_id} already exists",
                             hint="choose a new UUID for a new transfer")
-    scope.conn.execute(
+    updated = scope.all(
         "UPDATE accounts SET balance = balance + CASE WHEN id = %s THEN -%s::bigint ELSE %s::bigint END"
-        " WHERE tenant_id = %s AND id = ANY(%s)",
+        f" WHERE tenant_id = %s AND id = ANY(%s) RETURNING {_ACCOUNT_COLUMNS}",
         (from_id, amount, amount, scope.tenant_id, [from_id, to_id]),
     )
+    # The transfer, then its two balance changes (debited account first): each a record event.
+    events = scope.services.record_events
+    events.raised(scope, "financial.Transfer.inserted", "financial.Transfer", created)
+    for account in sorted(updated, key=lambda row: row["id"] != from_id):
+        events.raised(scope, "financial.Account.updated", "financial.Account", account, by_id[account["id"]])
     return created
 
 

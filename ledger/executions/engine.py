@@ -55,15 +55,17 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
              parent_execution_id: uuid.UUID | None, root_execution_id: uuid.UUID, call_sequence: int | None,
              depth: int, deadline: float, session_id: uuid.UUID | None = None,
              event_type: str = "action.invoked", attempt: int = 1,
-             parent_attempt: int | None = None, body: CallBody | None = None) -> PendingExecution:
+             parent_attempt: int | None = None, body: CallBody | None = None,
+             event: dict | None = None) -> PendingExecution:
     """One call in its savepoint. `body`: what the call does instead of a program or a native of its
     own, for the natives that act for an MCP server's caller (their behaviour lives above this layer);
-    it raises CallFailure to fail the call."""
+    it raises CallFailure to fail the call. `event`: the run's recorded event (a trigger's typed event),
+    instead of one of `event_type` whose data is the input."""
     pending = PendingExecution(
         execution_id=execution_id, action_id=record["action_id"], action_version=record["version"],
         status="RUNNING", parent_execution_id=parent_execution_id, root_execution_id=root_execution_id,
         call_sequence=call_sequence, depth=depth, client_id=scope.principal.client_id,
-        event={"eventType": event_type, "data": input, "recordType": None, "recordId": None},
+        event=event or {"eventType": event_type, "data": input, "recordType": None, "recordId": None},
         input=input, session_id=session_id, started_at=now(), attempt=attempt, action_name=record["name"],
         action_kind=record["kind"], parent_attempt=parent_attempt,
     )

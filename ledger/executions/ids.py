@@ -30,6 +30,12 @@ class ExecutionIds:
         message = parent.bytes + attempt.to_bytes(8, "big") + sequence.to_bytes(8, "big")
         return uuid_v8(hmac.new(self.key, message, hashlib.sha256).digest()[:16])
 
+    def triggered(self, trigger: uuid.UUID, cause: uuid.UUID, sequence: int) -> uuid.UUID:
+        """The id of the run that `trigger` fired as the `sequence`th run of the writing transaction
+        `cause` (a nonce of that transaction): no client can know it before the write commits."""
+        message = b"trigger" + trigger.bytes + cause.bytes + sequence.to_bytes(8, "big")
+        return uuid_v8(hmac.new(self.key, message, hashlib.sha256).digest()[:16])
+
 
 def uuid_v8(raw: bytes) -> uuid.UUID:
     """16 bytes as an RFC 9562 version 8 (custom) UUID: 122 bits of `raw`, the version and the variant."""

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from ..db.paging import page_visible
 from ..metrics import calls_finished, json_size
 from ..scope import Scope
 from ..values import storable_json
@@ -24,7 +25,10 @@ EXECUTION_INDEX = "financial.ActionExecution.indexes.children"
 # The columns of an execution row that its record is made of (`record_of`), in every read and RETURNING.
 EXECUTION_COLUMNS = ("tenant_id, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
             " call_sequence, depth, attempts, started, started_by_execution_id, client_id, event, input,"
-            " session_id, created_at, parent_attempt, rolled_back, mcp_server_id")
+            " session_id, created_at, parent_attempt, rolled_back, mcp_server_id, trigger_id, trigger_depth")
+
+EXECUTION_LISTING_INDEX = "financial.ActionExecution.indexes.all"
+EXECUTION_RECORD_TYPE = "financial.ActionExecution"
 
 
 def execution_document(row: dict) -> dict:
@@ -64,8 +68,53 @@ def _record(row: dict, invocations: list[dict] | None = None) -> dict:
         "session_id": row["session_id"], "created_at": row["created_at"], "client_id": row["client_id"],
         # Rows read without the column (a start, a cancel) are top-level executions: never rolled back.
         "rolled_back": bool(row.get("rolled_back")), "mcp_server_id": row.get("mcp_server_id"),
+        "trigger_id": row.get("trigger_id"), "trigger_depth": row.get("trigger_depth") or 0,
         "invocations": invocations,
     }
+
+
+def execution_event_record(row: dict, error: dict | None = None) -> dict:
+    """A top-level execution as a record event carries it (DESIGN 15): its columns, valued as policies see
+    them, with its input and its latest attempt's error (null while it has none)."""
+    record = execution_document(row)
+    for key in ("attempts", "started_by_execution_id", "mcp_server_id", "trigger_id", "trigger_depth", "input",
+                "created_at"):
+        record[key] = row.get(key)
+    record["error"] = error
+    return record
+
+
+def raise_execution_event(scope: Scope, event_type: str, row: dict, error: dict | None = None,
+                          previous_status: str | None = None) -> None:
+    """`financial.ActionExecution.inserted` or `.updated` of a top-level execution (children raise none).
+    An update's `previous` is the record with its status before the change."""
+    record = execution_event_record(row, error)
+    previous = None if previous_status is None else {**record, "status": previous_status}
+    # The execution's own trigger depth: a run that reacts to it is one level deeper.
+    events_scope = scope if scope.trigger_depth == record["trigger_depth"] else replace(
+        scope, trigger_depth=record["trigger_depth"])
+    scope.services.record_events.raised(events_scope, f"financial.ActionExecution.{event_type}",
+                                        EXECUTION_RECORD_TYPE, record, previous)
+
+
+def list_executions(scope: Scope, where: dict, first: int, after: str | None) -> list[dict]:
+    """Executions in (createdAt, id) order under `financial.ActionExecution.indexes.all`: top-level ones, or
+    the calls beneath `parentExecutionId`; narrowed by action, trigger and status; only those the reader
+    may SELECT."""
+    scope.require("SELECT", EXECUTION_LISTING_INDEX, index=True)
+    clauses, params = [], []
+    if where.get("parent_execution_id") is None:
+        clauses.append("parent_execution_id IS NULL")
+    else:
+        clauses.append("parent_execution_id = %s")
+        params.append(where["parent_execution_id"])
+    for column in ("action_id", "trigger_id", "status"):
+        if where.get(column) is not None:
+            clauses.append(f"{column} = %s")
+            params.append(where[column])
+    rows = page_visible(scope, EXECUTION, "executions", EXECUTION_COLUMNS, first, after,
+                        where=" AND ".join(clauses), params=tuple(params), document=execution_document)
+    return [_record(r) for r in rows]
 
 
 def load_execution(scope: Scope, execution_id: uuid.UUID) -> dict | None:
@@ -160,6 +209,16 @@ class PendingExecution:
             self.output_bytes = json_size(self.output if self.output is not None or self.error is None else self.error)
         return self.output_bytes
 
+    def row(self, tenant_id: uuid.UUID, created_at: datetime.datetime, trigger_depth: int) -> dict:
+        """The execution's row as it is written (its columns)."""
+        return {"tenant_id": tenant_id, "id": self.execution_id, "action_id": self.action_id,
+                "action_version": self.action_version, "status": self.status,
+                "parent_execution_id": self.parent_execution_id, "root_execution_id": self.root_execution_id,
+                "depth": self.depth, "attempts": self.attempt, "client_id": self.client_id,
+                "session_id": self.session_id, "started": False, "started_by_execution_id": None,
+                "mcp_server_id": self.mcp_server_id, "trigger_id": None, "trigger_depth": trigger_depth,
+                "input": self.input, "created_at": created_at}
+
     def as_record(self, created_at: datetime.datetime) -> dict:
         invocation = {"attempt": self.attempt, "input": self.input, "output": self.output, "error": self.error,
                       "tools": self.tools, "logs": self.logs, "started_at": self.started_at,
@@ -216,11 +275,12 @@ def flush(scope: Scope, pending: list[PendingExecution],
         cur.executemany(
             "INSERT INTO executions (tenant_id, id, action_id, action_version, status, parent_execution_id,"
             " root_execution_id, call_sequence, depth, attempts, client_id, event, input, session_id,"
-            " parent_attempt, rolled_back, mcp_server_id)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            " parent_attempt, rolled_back, mcp_server_id, trigger_depth)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             [(scope.tenant_id, p.execution_id, p.action_id, p.action_version, p.status, p.parent_execution_id,
               p.root_execution_id, p.call_sequence, p.depth, p.attempt, p.client_id, record_json(p.event),
-              record_json(p.input), p.session_id, p.parent_attempt, p.rolled_back, p.mcp_server_id)
+              record_json(p.input), p.session_id, p.parent_attempt, p.rolled_back, p.mcp_server_id,
+              scope.trigger_depth)
              for p in pending],
         )
         cur.executemany(
@@ -234,4 +294,8 @@ def flush(scope: Scope, pending: list[PendingExecution],
         )
     now = now_cursor.fetchone()["now"]
     calls_finished(scope.tenant_id, pending)
+    for call in pending:
+        if call.parent_execution_id is None:
+            # A top-level call is recorded finished: it raises `.inserted` only, with its final status.
+            raise_execution_event(scope, "inserted", call.row(scope.tenant_id, now, scope.trigger_depth), call.error)
     return now

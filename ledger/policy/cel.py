@@ -374,3 +374,50 @@ def evaluate_expression(text: str, variables: Mapping[str, Any]) -> Any:
             "has(x.key)), mixes types, or gives a function a bad argument",
         )
     return json_value(value.plain_value())
+
+
+# --- conditions (a trigger's, over `event`) -------------------------------------------------------
+
+
+class CompiledCondition:
+    """A boolean expression over named variables, compiled once: a trigger's condition over `event`.
+
+    Like an assertion it is three-valued: True, False, or None when it cannot be evaluated (a missing key,
+    a type mismatch, a bound passed, a result that is not a boolean), with the reason kept for the log."""
+
+    __slots__ = ("text", "_expression", "_plan")
+
+    def __init__(self, text: str, expression: cel.Expression, plan: Plan) -> None:
+        self.text = text
+        self._expression = expression
+        self._plan = plan
+
+    def evaluate(self, variables: Mapping[str, Any]) -> tuple[bool | None, str | None]:
+        """(verdict, why it could not be evaluated); `variables` already in cel_data shapes."""
+        try:
+            cel_bounds.check(self._plan, variables)
+        except BoundExceeded as exceeded:
+            return None, exceeded.message
+        try:
+            value = self._expression.eval(data=dict(variables))
+        except RuntimeError as error:  # the iteration budget raises instead of yielding an error value
+            return None, readable_evaluation_error(str(error))
+        if value.type() == cel.Type.ERROR:
+            return None, readable_evaluation_error(value.plain_value())
+        result = value.plain_value()
+        if result is True or result is False:
+            return result, None
+        return None, f"the condition gave {json_value(result)!r}, not a boolean"
+
+
+def compile_condition(text: str, names: Iterable[str]) -> CompiledCondition:
+    """Compile a boolean expression over the variables `names` (cached by text); CelError when it does not
+    compile or is of a type other than bool (dyn is allowed: its value is checked when evaluated)."""
+    expression, plan = _compiled_expression(text, _variable_names(names))
+    result_type = expression.return_type()
+    if not (result_type == cel.Type.BOOL or result_type == cel.Type.DYN):
+        raise CelError(
+            f"the condition must be a boolean expression (this one is of type {result_type.name().lower()})",
+            hint="compare or test something, e.g. `event.record.amount > 100000`",
+        )
+    return CompiledCondition(text, expression, plan)

@@ -17,7 +17,7 @@ from ..actions.registry import load_action
 from ..auth.clients import client_layer
 from ..db.retry import retry_lost_races
 from ..executions.engine import run_call
-from ..executions.records import EXECUTION_COLUMNS, flush, record_json
+from ..executions.records import EXECUTION_COLUMNS, flush, raise_execution_event, record_json
 from ..executions.tree import CallTree, model_was_called
 from ..logs import current_call, update_call
 from ..metrics import call_finished, json_size, observe_tree
@@ -25,6 +25,7 @@ from ..policy.chain import Chain
 from ..policy.principal import Principal
 from ..scope import Scope
 from .claims import Job, cancel_requested_now, fence, release
+from .triggers import TRIGGERS_VERSION_COLUMN, remember_version
 
 TERMINAL_CODES = {"action_input_invalid", "action_access_denied", "action_call_limit_exceeded",
                   "tool_not_declared", "cancelled"}
@@ -40,8 +41,9 @@ def backoff_seconds(base: float, attempt: int) -> float:
     return min(MAX_BACKOFF_SECONDS, base * (2 ** max(0, attempt - 1)))
 
 
-# Its record's columns, and the starter's claims that its authority carries over from.
-_ATTEMPT_COLUMNS = f"{EXECUTION_COLUMNS}, client_claims"
+# Its record's columns, and the starter's claims that its authority carries over from; and the tenant's
+# trigger version in the same statement (queue/triggers.py), for the events the status change raises.
+_ATTEMPT_COLUMNS = f"{EXECUTION_COLUMNS}, client_claims, {TRIGGERS_VERSION_COLUMN}"
 
 
 def run_attempt(services: Any, job: Job) -> str:
@@ -60,6 +62,9 @@ def run_attempt(services: Any, job: Job) -> str:
         if not cancel_first:
             conn.execute("UPDATE executions SET status = 'RUNNING', attempts = %s, updated_at = now()"
                          " WHERE tenant_id = %s AND id = %s", (attempt, job.tenant_id, job.execution_id))
+            raise_execution_event(_system_scope(services, conn, execution, deadline), "updated",
+                                  {**execution, "status": "RUNNING", "attempts": attempt},
+                                  previous_status=execution["status"])
     if cancel_first:
         return _finish_cancelled(services, job, execution, deadline)
 
@@ -86,10 +91,11 @@ def run_attempt(services: Any, job: Job) -> str:
                                    error={"code": code, "message": message, "hint": hint}, scope=scope)
                 tree = CallTree(scope)
                 try:
+                    # The recorded event: a start's `action.started`, a trigger's typed record event.
                     pending = run_call(scope, tree, record, execution["input"], execution_id=job.execution_id,
                                        parent_execution_id=None, root_execution_id=job.execution_id,
                                        call_sequence=None, depth=0, deadline=deadline, event_type="action.started",
-                                       attempt=attempt)
+                                       attempt=attempt, event=execution["event"])
                 finally:
                     tree.close()
                 observe_tree(len(tree.pending))
@@ -111,7 +117,9 @@ _UNREAD = object()
 
 
 def _client(conn: psycopg.Connection, execution: dict) -> dict | None:
-    return conn.execute("SELECT name, enabled, policies FROM clients WHERE tenant_id = %s AND id = %s",
+    """The starter's client row, with the tenant's trigger version read in the same statement."""
+    return conn.execute(f"SELECT name, enabled, policies, {TRIGGERS_VERSION_COLUMN} FROM clients"
+                        " WHERE tenant_id = %s AND id = %s",
                         (execution["tenant_id"], execution["client_id"])).fetchone()
 
 
@@ -155,7 +163,21 @@ def _scope_for(services: Any, conn: psycopg.Connection, execution: dict, deadlin
     principal = Principal(execution["tenant_id"], execution["client_id"], name, execution["client_claims"] or {})
     # The starter's layer, failing closed exactly as for a direct request.
     chain = Chain((client_layer(principal, client["policies"] if client else []),))
-    return Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline)
+    scope = Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline,
+                  trigger_depth=execution["trigger_depth"])
+    if client is not None:
+        remember_version(scope, client["triggers_version"])
+    return scope
+
+
+def _system_scope(services: Any, conn: psycopg.Connection, execution: dict, deadline: float) -> Scope:
+    """The scope of the queue's own writes to an execution (marking it RUNNING): no caller's authority is
+    needed or granted (an empty chain allows nothing), only the events those writes raise."""
+    principal = Principal(execution["tenant_id"], execution["client_id"], "queue", {})
+    scope = Scope(conn=conn, principal=principal, chain=Chain(()), services=services, deadline=deadline,
+                  trigger_depth=execution["trigger_depth"])
+    remember_version(scope, execution["triggers_version"])
+    return scope
 
 
 def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, attempt: int, record: dict | None,
@@ -187,6 +209,8 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
         status, outcome = "QUEUED", "retry"
     conn.execute("UPDATE executions SET status = %s, updated_at = now() WHERE tenant_id = %s AND id = %s",
                  (status, job.tenant_id, job.execution_id))
+    raise_execution_event(scope or _scope_for(services, conn, execution, time.monotonic() + 30), "updated",
+                          {**execution, "status": status, "attempts": attempt}, error, previous_status="RUNNING")
     call_finished(job.tenant_id, execution_id=job.execution_id, root_execution_id=job.execution_id,
                   action=(record or {}).get("name") or current_call().get("action"), action_version=execution["action_version"],
                   status="FAILED" if error else "SUCCEEDED", error=error, duration_ms=duration_ms,
@@ -221,5 +245,8 @@ def _finish_cancelled(services: Any, job: Job, execution: dict, deadline: float,
         conn.execute("UPDATE executions SET status = 'CANCELLED', updated_at = now() WHERE tenant_id = %s AND id = %s",
                      (job.tenant_id, job.execution_id))
         release(conn, job, retry_in=None)
-        settle_pending_lifecycle(_scope_for(services, conn, execution, deadline), execution["action_id"])
+        scope = _scope_for(services, conn, execution, deadline)
+        raise_execution_event(scope, "updated", {**execution, "status": "CANCELLED", "attempts": attempt}, error,
+                              previous_status="RUNNING" if started_at is not None else execution["status"])
+        settle_pending_lifecycle(scope, execution["action_id"])
     return "cancelled"

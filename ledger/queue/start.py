@@ -15,7 +15,7 @@ from ..errors import LedgerError, NotFound, Retryable
 from ..executions.admission import invocable_record
 from ..executions.invoke import ExecutionIdConflict
 from ..executions.records import (EXECUTION, EXECUTION_COLUMNS, execution_document, load_execution,
-                                  lock_execution_id, record_of, require_new_execution)
+                                  lock_execution_id, raise_execution_event, record_of, require_new_execution)
 from ..values import require_storable_input, same_json, value_problem
 from ..scope import Scope
 
@@ -79,6 +79,7 @@ def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, ve
     )
     # Delivered when (and only if) the request commits.
     scope.conn.execute("SELECT pg_notify(%s, '')", (QUEUE_CHANNEL,))
+    raise_execution_event(scope, "inserted", created)
     return record_of(created, [])
 
 
@@ -87,11 +88,13 @@ def _insert_queued(scope: Scope, execution_id: uuid.UUID, action_id: uuid.UUID, 
                    mcp_server_id: uuid.UUID | None) -> dict:
     return scope.one(
         "INSERT INTO executions (tenant_id, id, action_id, action_version, status, root_execution_id, depth,"
-        " started, client_id, client_claims, run_at, event, input, started_by_execution_id, mcp_server_id)"
-        " VALUES (%s, %s, %s, %s, 'QUEUED', %s, 0, true, %s, %s, coalesce(%s, now()), %s, %s, %s, %s)"
+        " started, client_id, client_claims, run_at, event, input, started_by_execution_id, mcp_server_id,"
+        " trigger_depth)"
+        " VALUES (%s, %s, %s, %s, 'QUEUED', %s, 0, true, %s, %s, coalesce(%s, now()), %s, %s, %s, %s, %s)"
         f" RETURNING {EXECUTION_COLUMNS}",
         (scope.tenant_id, execution_id, action_id, version, execution_id, scope.principal.client_id,
-         Jsonb(scope.principal.claims), run_at, Jsonb(event), Jsonb(input), started_by, mcp_server_id),
+         Jsonb(scope.principal.claims), run_at, Jsonb(event), Jsonb(input), started_by, mcp_server_id,
+         scope.trigger_depth),
     )
 
 
@@ -130,5 +133,10 @@ def cancel_execution(scope: Scope, execution_id: uuid.UUID) -> dict:
         f" RETURNING {EXECUTION_COLUMNS}",
         (scope.tenant_id, execution_id),
     )
+    raise_execution_event(scope, "updated", updated, _cancelled_error(), previous_status=row["status"])
     settle_pending_lifecycle(scope, row["action_id"])
     return record_of(updated)
+
+
+def _cancelled_error() -> dict:
+    return {"code": "cancelled", "message": "the execution was cancelled", "hint": None}

@@ -23,6 +23,7 @@ from ...executions.invoke import invoke_action, with_fixed_input
 from ...executions.tree import model_was_called, not_rerun_hint
 from ...policy.chain import Chain, Layer
 from ...policy.principal import Principal
+from ...queue.triggers import TRIGGERS_VERSION_COLUMN, remember_version
 from ...scope import Scope
 from ...services import Services
 from ...db.retry import retry_lost_races
@@ -60,11 +61,15 @@ class McpCalls:
         self.services = services
 
     def _transaction(self, caller: Caller, *, rollback: bool):
-        return self.services.db.transaction(caller.principal.tenant_id, deadline=caller.deadline, rollback=rollback)
+        # The tenant's trigger version goes with BEGIN (no round trip of its own), for the events a call raises.
+        return self.services.db.transaction(caller.principal.tenant_id, deadline=caller.deadline, rollback=rollback,
+                                            first=(f"SELECT {TRIGGERS_VERSION_COLUMN}", None))
 
     def _scope(self, conn, caller: Caller, *, dry_run: bool = False) -> Scope:
-        return Scope(conn=conn, principal=caller.principal, chain=Chain((caller.client_layer(),)),
-                     services=self.services, deadline=caller.deadline, dry_run=dry_run)
+        scope = Scope(conn=conn, principal=caller.principal, chain=Chain((caller.client_layer(),)),
+                      services=self.services, deadline=caller.deadline, dry_run=dry_run)
+        remember_version(scope, conn.ledger_first["triggers_version"])
+        return scope
 
     # ------------------------------------------------------------------ tools/list
 
