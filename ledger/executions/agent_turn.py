@@ -93,7 +93,7 @@ def run_turn(scope: Scope, tree: CallTree, record: dict, input: Any, pending: Pe
         scope.services.models.for_tenant(model["provider"], scope.tenant_id)
     except ModelUnavailable as exc:
         raise CallFailed(exc.code, exc.message, exc.hint) from None
-    if tree.pending[0].event.get("eventType") != "action.started":
+    if not tree.on_worker:
         _hold_agent_slot(scope)
     deadline = _turn_deadline(scope, deadline)
     tools, pending.tools = resolve_tools(scope, record)

@@ -46,6 +46,9 @@ class CallTree:
     statement_bounds: list[float] = field(default_factory=list)
     # A call of the tree made a model request: the request or attempt must never be run again.
     model_called: bool = False
+    # The tree is a queued attempt on a worker (a start, a trigger's run): it holds no client's request
+    # open, so the per-tenant bound on called agents does not apply to it.
+    on_worker: bool = False
 
     def mark_model_called(self) -> None:
         self.model_called = True

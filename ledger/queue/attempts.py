@@ -89,7 +89,7 @@ def run_attempt(services: Any, job: Job) -> str:
                     code, message, hint = denial or ("action_failure", "the action version no longer exists", None)
                     return _finish(conn, services, job, execution, attempt, record, None, started_at,
                                    error={"code": code, "message": message, "hint": hint}, scope=scope)
-                tree = CallTree(scope)
+                tree = CallTree(scope, on_worker=True)
                 try:
                     # The recorded event: a start's `action.started`, a trigger's typed record event.
                     pending = run_call(scope, tree, record, execution["input"], execution_id=job.execution_id,
