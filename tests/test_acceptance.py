@@ -88,7 +88,8 @@ def test_registry_versions_lifecycle_and_validation(client):
     old = client.data("query($id: UUID!) { actions { action(id: $id, version: 1) { version latestVersion } } }", {"id": action_id})
     assert old["actions"]["action"] == {"version": 1, "latestVersion": 2}
     natives = client.data("{ actions { actions(where: {native: true}) { name } } }")["actions"]["actions"]
-    assert {n["name"] for n in natives} == {"graphql", "cel", "program", "invoke", "get_task", "cancel_task"}
+    assert {n["name"] for n in natives} == {"graphql", "cel", "program", "invoke", "get_task", "cancel_task",
+                                              "model_call"}
     bad = client.post(CREATE, {"id": str(uuid.uuid4()), "input": definition("Bad Name", "def run(:\n")})
     error = bad["errors"][0]
     assert error["extensions"]["code"] == "action_definition_invalid"
