@@ -406,6 +406,11 @@ class PlannedAction:
     execution_id: Optional[uuid.UUID]
     created_at: datetime.datetime
 
+    @strawberry.field(description="The action at the proposed version")
+    def action(self, info: strawberry.Info) -> Optional[Action]:
+        record = registry.get_action(scope_of(info), self.action_id, self.action_version)
+        return Action.from_record(record) if record else None
+
     @strawberry.field(description="The run a confirm started")
     def execution(self, info: strawberry.Info) -> Optional[ActionExecution]:
         if self.execution_id is None:
