@@ -47,3 +47,8 @@ def confirm(api, plan_id: str) -> dict:
 
 def reject(api, plan_id: str, reason: str | None = None) -> dict:
     return api.gql(REJECT, {"id": plan_id, "reason": reason})["plannedActions"]["rejectPlannedAction"]
+
+
+UPDATE_CLIENT_POLICIES = """mutation($id: UUID!, $name: String!, $policies: [PolicyStatementInput!]!) { clients {
+  updateClient(id: $id, input: {name: $name, policies: $policies}) { id } } }"""
+DISABLE_CLIENT = """mutation($id: UUID!) { clients { disableClient(id: $id) { id enabled } } }"""

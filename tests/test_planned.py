@@ -356,3 +356,89 @@ def test_confirm_on_a_server_s_reference_to_a_native_is_a_problem_at_write(examp
         "name": "desk", "tools": [reference("graphql", confirm=True)], "policies": EVERYTHING}})
     assert error["extensions"]["code"] == "mcp_server_definition_invalid"
     assert [p["path"] for p in error["extensions"]["problems"]] == ["tools[0].confirm"]
+
+
+# ---------------------------------------------------------------------------- the confirmed run's chain
+
+
+def own_client_only(client_id: str) -> list[dict]:
+    """Everything, but writes only while the layer's principal is `client_id`."""
+    return [{"effect": "ALLOW", "actions": ["SELECT", "INVOKE", "UPDATE"], "resources": ["financial.*"]},
+            {"effect": "ALLOW", "actions": ["INSERT"], "resources": ["financial.*"],
+             "assertion": f'principal.client == "{client_id}"'}]
+
+
+def test_each_client_layer_of_a_confirmed_run_sees_its_own_client_as_principal(served, examples, worker):
+    from planned_helpers import UPDATE_CLIENT_POLICIES
+
+    payer, payee = funded_accounts(examples)
+    server_id = confirm_desk(examples)
+    proposer_id, agent = assistant(examples, server_id)
+    person_id, person = new_client(examples, "person", EVERYTHING)
+    # Each client allows writes only when it is itself the principal: the run succeeds only if the
+    # proposer's layer sees the proposer and the confirmer's layer sees the confirmer.
+    for client_id, name in ((proposer_id, "assistant"), (person_id, "person")):
+        examples.gql(UPDATE_CLIENT_POLICIES, {"id": client_id, "name": name, "policies": own_client_only(client_id)})
+    planned = proposal(call_tool(url_of(served), agent, "transfer", moving(payer, payee, 40)))
+    confirmed = confirm(examples.as_client(person), planned["plannedActionId"])
+    assert wait_for(examples, confirmed["executionId"])["status"] == "SUCCEEDED"
+    assert balance(examples, payee) == 40
+
+
+def test_a_confirmed_run_re_reads_the_confirmer_at_each_attempt(served, examples, services):
+    from planned_helpers import DISABLE_CLIENT
+
+    payer, payee = funded_accounts(examples)
+    planned, _, _ = propose_transfer(served, examples, payer, payee, 250)
+    person_id, person = new_client(examples, "person", PERSON)
+    confirmed = confirm(examples.as_client(person), planned["plannedActionId"])
+    examples.gql(DISABLE_CLIENT, {"id": person_id})  # before any worker ran the start
+    from ledger.queue.worker import Worker
+
+    worker = Worker(services, concurrency=2, lease_seconds=2.0, poll_interval=0.2).start()
+    try:
+        run = wait_for(examples, confirmed["executionId"])
+    finally:
+        worker.stop()
+    assert run["status"] == "FAILED"
+    assert run["invocation"]["error"]["code"] == "action_access_denied"
+    assert "confirmed this plan was revoked" in run["invocation"]["error"]["message"]
+    assert balance(examples, payee) == 0
+
+
+def test_the_confirmer_s_token_expiry_binds_the_confirmed_run(served, examples, services):
+    from mcp_helpers import token_for
+
+    payer, payee = funded_accounts(examples)
+    planned, _, _ = propose_transfer(served, examples, payer, payee, 250)
+    person_id, _ = new_client(examples, "person", PERSON)
+    short = token_for(examples, person_id, ttl=2)
+    confirmed = confirm(examples.as_client(short), planned["plannedActionId"])
+    time.sleep(2.2)  # the confirmer's token expires before a worker runs the start
+    from ledger.queue.worker import Worker
+
+    worker = Worker(services, concurrency=2, lease_seconds=2.0, poll_interval=0.2).start()
+    try:
+        run = wait_for(examples, confirmed["executionId"])
+    finally:
+        worker.stop()
+    assert run["status"] == "FAILED"
+    assert (run["invocation"]["error"]["code"], run["invocation"]["error"]["message"]) == (
+        "action_access_denied", "the credential this plan was confirmed with expired")
+    assert balance(examples, payee) == 0
+
+
+def test_a_confirmed_run_keeps_the_server_s_layer(served, examples, worker):
+    from mcp_helpers import UPDATE_SERVER
+
+    payer, payee = funded_accounts(examples)
+    planned, _, _ = propose_transfer(served, examples, payer, payee, 250)
+    plan = plan_of(examples, planned["plannedActionId"])
+    # The server now forbids transfers: the confirm's preview under the plan's chain meets the denial.
+    examples.gql(UPDATE_SERVER, {"id": plan["mcpServerId"], "input": {
+        "name": "desk", "tools": [reference("transfer", confirm=True)], "policies": [
+            *EVERYTHING, {"effect": "DENY", "actions": ["INSERT"], "resources": ["financial.Transfer.document"]}]}})
+    error = examples.error(CONFIRM, {"id": planned["plannedActionId"]})
+    assert error["extensions"]["code"] == "permission_denied"
+    assert 'MCP server "desk"' in error["extensions"]["hint"]
+    assert plan_of(examples, planned["plannedActionId"])["status"] == "PROPOSED"
