@@ -22,7 +22,6 @@ PLAN = "financial.PlannedAction.document"
 PLAN_INDEX = "financial.PlannedAction.indexes.all"
 # How long a proposal waits for a decision.
 EXPIRY = datetime.timedelta(hours=24)
-STATUSES = ("PROPOSED", "CONFIRMED", "REJECTED", "EXPIRED")
 
 _STORED = ("tenant_id", "id", "action_id", "action_version", "input", "preview", "proposed_by_execution_id",
            "proposal_execution_id", "client_id", "client_claims", "mcp_server_id", "agent_action_id",
