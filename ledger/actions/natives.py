@@ -75,7 +75,7 @@ INVOKE_INPUT = {
 }
 TASK_INPUT = {
     "type": "object",
-    "properties": {"taskId": {"type": "string", "format": "uuid", "description": "The taskId invoke returned."}},
+    "properties": {"taskId": {"type": "string", "format": "uuid", "description": "The taskId invoke returned, or a plannedActionId."}},
     "required": ["taskId"],
     "additionalProperties": False,
 }
