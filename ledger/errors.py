@@ -78,3 +78,9 @@ class PermissionDenied(LedgerError):
             hint=f"the {layer} layer denied {operation} on {resource}{detail}; "
             f"grant it with an ALLOW statement on that layer",
         )
+
+
+class PlannedActionDecided(LedgerError):
+    """A planned action that is no longer PROPOSED (confirmed, rejected or expired) cannot be decided."""
+
+    code = "planned_action_decided"

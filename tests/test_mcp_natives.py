@@ -277,12 +277,13 @@ def test_invoke_of_a_tool_the_server_does_not_list_is_not_found(served, examples
 
 
 def test_invoke_of_a_confirm_reference_never_runs_the_tool(served, examples):
+    # DESIGN 14: it answers the planned result (tests/test_planned.py follows the plan).
     payer, middle, _ = money(examples)
     create_server(examples, "desk", [reference("transfer", confirm=True), reference("invoke")], EVERYTHING)
-    error = error_of(call_tool(url_of(served, "desk"), examples.token, "invoke",
-                               {"tool": "transfer", "input": moving(payer, middle, 250)}))
-    assert error["code"] == "action_not_callable"
-    assert "confirmation" in error["message"]
+    result = call_tool(url_of(served, "desk"), examples.token, "invoke",
+                       {"tool": "transfer", "input": moving(payer, middle, 250)})
+    assert result.is_error is False, result.content
+    assert result.structured_content["planned"] is True
     assert balance(examples, middle) == 0
 
 

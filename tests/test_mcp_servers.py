@@ -314,14 +314,14 @@ def test_confirm_is_stored_and_returned_on_a_server_reference(api):
     assert [t["confirm"] for t in read["tools"]] == [True, False]
 
 
-def test_confirm_is_stored_and_returned_on_an_action_reference(api):
+def test_confirm_on_a_tool_s_reference_is_refused_at_write(api):
+    # DESIGN 14: only an agent's or an MCP server's references may ask for a person's confirmation.
     echo_tool(api)
-    action = create(api, tool("caller", 'def run(event):\n    return tools.echo(text="x")\n',
-                              tools=[{"name": "echo", "confirm": True}]))
-    assert action["tools"][0]["actionVersion"] is None
-    read = api.gql("""query($id: UUID!) { actions { action(id: $id) { tools { name confirm } } } }""",
-                   {"id": action["actionId"]})["actions"]["action"]
-    assert read["tools"] == [{"name": "echo", "confirm": True}]
+    error = api.error("""mutation($id: UUID!, $input: ActionInput!) { actions { createAction(id: $id, input: $input) {
+      actionId } } }""", {"id": str(uuid.uuid4()), "input": tool("caller", 'def run(event):\n    return 1\n',
+                                                                  tools=[{"name": "echo", "confirm": True}])})
+    assert error["extensions"]["code"] == "action_definition_invalid"
+    assert [p["path"] for p in error["extensions"]["problems"]] == ["tools[0].confirm"]
 
 
 def test_an_action_update_equal_to_its_version_with_confirm_omitted_writes_no_version(api):

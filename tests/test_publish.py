@@ -328,13 +328,14 @@ def test_republishing_an_unchanged_server_writes_nothing_so_a_reader_may_do_it(s
 def test_a_changed_server_definition_updates_the_record(server, token, client, examples):
     assert ledger_publish(server, token, str(examples)).returncode == 0
     toml = examples / "assistant.toml"
-    toml.write_text(toml.read_text().replace('name = "program"', 'name = "program"\nconfirm = true')
+    # confirm (DESIGN 14) on the transfer tool, the second reference
+    toml.write_text(toml.read_text().replace('name = "transfer"', 'name = "transfer"\nconfirm = true')
                     .replace("enabled = true", "enabled = false"))
     result = ledger_publish(server, token, str(examples))
     assert result.returncode == 0, result.stderr
     assert "MCP server assistant: updated (/mcp/assistant, disabled)" in lines(result)
     updated = read_server(client)
-    assert updated["enabled"] is False and updated["tools"][3]["confirm"] is True
+    assert updated["enabled"] is False and updated["tools"][1]["confirm"] is True
 
 
 def test_a_bad_server_definition_names_its_file_and_the_path_in_it_and_writes_nothing(server, token, client,

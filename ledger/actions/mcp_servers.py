@@ -93,7 +93,7 @@ def validate_server(scope: Scope, doc: dict) -> dict:
     for p in policy_problems:
         problems.add(p["path"], p["message"])
     references, _ = check_references(doc.get("tools") or [], reference_lookup(scope), problems,
-                                     listable_natives=LISTABLE_NATIVES)
+                                     listable_natives=LISTABLE_NATIVES, confirm_allowed=True)
     enabled = doc.get("enabled")
     if problems:
         raise McpServerDefinitionInvalid(problems.items)

@@ -76,7 +76,7 @@ INVOKE_INPUT = {
 }
 TASK_INPUT = {
     "type": "object",
-    "properties": {"taskId": {"type": "string", "format": "uuid", "description": "The taskId invoke returned."}},
+    "properties": {"taskId": {"type": "string", "format": "uuid", "description": "The taskId invoke returned, or a plannedActionId."}},
     "required": ["taskId"],
     "additionalProperties": False,
 }
@@ -161,8 +161,10 @@ NATIVE_TOOLS = {
     },
     "get_task": {
         "id": GET_TASK_ID,
-        "description": "Reads a task that invoke started. Returns {taskId, status (working, completed, failed "
-                       "or cancelled), statusMessage, output, error, pollIntervalMs}.",
+        "description": "Reads a task that invoke started, or a planned action by its plannedActionId (working "
+                       "until a person decides; cancelled when rejected or expired; then its run). Returns {taskId, "
+                       "status (working, completed, failed or cancelled), statusMessage, output, error, "
+                       "pollIntervalMs}.",
         "inputSchema": TASK_INPUT,
         "outputSchema": TASK_OUTPUT,
         "layer": Layer("native tool \"get_task\" v1", ()),

@@ -31,6 +31,8 @@ KINDS_NEEDING_TOOL_BLOCK = {"tool": "a tool action needs a tool block (name, des
                             "model": "a model action needs a tool block (name, description, inputSchema, "
                                      "outputSchema): the model is asked for an answer of the outputSchema's shape"}
 KINDS_WITH_TOOLS = {"tool", "agent"}
+# What a `confirm` reference may point to (DESIGN 14).
+CONFIRMABLE_KINDS = {"tool", "agent", "model"}
 SUPPORTED_KINDS = ("tool", "graphql", "cel", "agent", "model")
 KINDS_WITH_SESSIONS = {"tool", "agent"}
 OFFLOAD_MODES = ("AUTO", "NEVER")
@@ -132,7 +134,8 @@ def validate_definition(
     # graphql() and cel() without a reference.
     normalized_refs, tool_names = check_references(references, lookup, problems, origin=action_id, walk=walk,
                                                    listable_natives=AGENT_LISTABLE_NATIVES if kind == "agent"
-                                                   else frozenset())
+                                                   else frozenset(),
+                                                   confirm_allowed=kind == "agent")
 
     if kind == "tool" and config is not None and not any(p["path"].startswith("config") for p in problems.items):
         source = config["src"]
@@ -306,12 +309,14 @@ def _check_execution(settings: Any, problems: Problems) -> dict:
 
 def check_references(references: Any, lookup: ReferenceLookup, problems: Problems, *,
                      origin: uuid.UUID | None = None, walk: ReferenceWalker | None = None,
-                     listable_natives: frozenset[str] = frozenset()) -> tuple[list[dict], list[str]]:
+                     listable_natives: frozenset[str] = frozenset(),
+                     confirm_allowed: bool = False) -> tuple[list[dict], list[str]]:
     """An action's or an MCP server's `tools`: the stored references and the tool names they give.
 
     `origin` and `walk` find references that lead back to the action being written (a server is no
     tool, so nothing leads back to it). `listable_natives` are the natives the writer may list (an MCP
-    server's); an action lists none, it calls graphql() and cel() in its program.
+    server's); an action lists none, it calls graphql() and cel() in its program. `confirm_allowed`: the
+    writer is an MCP server or an agent, whose calls a person may be asked to confirm (DESIGN 14).
     """
     normalized: list[dict] = []
     tool_names: dict[str, int] = {}
@@ -364,6 +369,11 @@ def check_references(references: Any, lookup: ReferenceLookup, problems: Problem
             problems.add(f"{path}.name", f"{name!r} is a {target.definition.get('kind')} action without a tool "
                                          "block; it cannot be called as a tool")
             continue
+        if confirm:
+            problem = _confirm_problem(name, target, block, confirm_allowed)
+            if problem:
+                problems.add(f"{path}.confirm", problem)
+                continue
         tool_name = block["name"]
         if tool_name in tool_names:
             problems.add(path, f"two references give the tool name {tool_name!r} (tools[{tool_names[tool_name]}] "
@@ -387,6 +397,20 @@ def check_references(references: Any, lookup: ReferenceLookup, problems: Problem
         normalized.append({"name": name, "actionId": str(target.action_id), "actionVersion": version,
                            "input": ref.get("input"), "confirm": bool(confirm)})
     return normalized, list(tool_names)
+
+
+def _confirm_problem(name: str, target: "ReferenceTarget", block: dict, confirm_allowed: bool) -> str | None:
+    """Why `confirm: true` cannot be on this reference (DESIGN 14), or None."""
+    if not confirm_allowed:
+        return ("confirm asks a person to confirm a model's call: only an agent's or an MCP server's tools take "
+                "it; remove it here")
+    kind = target.definition.get("kind")
+    if name in NATIVE_TOOLS or kind not in CONFIRMABLE_KINDS:
+        return f"confirm applies to a tool, an agent or a model tool; {name!r} is {kind!r}"
+    if block.get("session"):
+        return (f"{name!r} keeps sessions, and a confirmed call runs as a start, which a session tool cannot; "
+                "reference a version without sessions, or remove confirm")
+    return None
 
 
 def _native_refused(name: str) -> str:

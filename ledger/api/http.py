@@ -1,5 +1,5 @@
 """The HTTP surface: POST /graphql (one request, one transaction), POST /mcp/<name> (ledger/api/mcp),
-GraphiQL, /healthz, /metrics.
+GraphiQL, the planned actions' /inbox (ledger/api/inbox.py), /healthz, /metrics.
 
 The GraphQL execution is synchronous and runs on a worker thread: every field, including the fields
 inside the `actions {}` namespace objects, then runs serially in document order on the request's one
@@ -32,6 +32,7 @@ from . import documents
 from .context import RequestContext
 from .documents import error_payload, first_retryable, format_error, is_document_error
 from .graphiql import asset_response, graphiql_page
+from .inbox import inbox_response
 from .json_codec import dump_json, load_json
 from .mcp import McpEndpoint
 from .schema import schema
@@ -238,6 +239,9 @@ def build_app(services: Services) -> Starlette:
         # Only the pinned asset names are served, from the first cache that holds them all.
         return await run_in_threadpool(asset_response, services, request.path_params["name"])
 
+    async def inbox(request: Request) -> Response:
+        return inbox_response()
+
     mcp = McpEndpoint(services)
 
     @contextlib.asynccontextmanager
@@ -249,6 +253,7 @@ def build_app(services: Services) -> Starlette:
     app = Starlette(routes=[
         Route("/graphql", endpoint, methods=["GET", "POST"]),
         Route("/graphiql/{name}", graphiql_asset, methods=["GET"]),
+        Route("/inbox", inbox, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         # The SDK answers every method itself (405 for GET and DELETE in stateless mode).

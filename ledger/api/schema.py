@@ -15,8 +15,8 @@ from ..actions import mcp_servers, registry, triggers
 from ..auth import clients
 from ..db.paging import clamp_first
 from ..domain import accounts
-from ..executions import invoke, records, sessions
-from ..queue import start
+from ..executions import invoke, plan_records, records, sessions
+from ..queue import planned, start
 from .context import mutation_step
 from .scalars import JSON_SCALAR, Int64
 from .types import (
@@ -30,6 +30,8 @@ from .types import (
     IssuedToken,
     McpServer,
     Operation,
+    PlannedAction,
+    PlannedActionStatus,
     Session,
     Transfer,
     Trigger,
@@ -330,10 +332,29 @@ class McpServersQuery:
 
 
 @strawberry.type
+class PlannedActionsQuery:
+    @strawberry.field
+    def planned_action(self, info: strawberry.Info, id: uuid.UUID) -> Optional[PlannedAction]:
+        row = plan_records.get_plan(scope_of(info), id)
+        return PlannedAction.from_row(row) if row else None
+
+    @strawberry.field
+    def planned_actions(self, info: strawberry.Info, status: Optional[PlannedActionStatus] = None,
+                        first: Optional[int] = 50, after: Optional[str] = None) -> list[PlannedAction]:
+        rows = plan_records.list_plans(scope_of(info), status.value if status else None, clamp_first(first, 50),
+                                       after)
+        return [PlannedAction.from_row(r) for r in rows]
+
+
+@strawberry.type
 class Query:
     @strawberry.field
     def actions(self) -> ActionsQuery:
         return ActionsQuery()
+
+    @strawberry.field
+    def planned_actions(self) -> PlannedActionsQuery:
+        return PlannedActionsQuery()
 
     @strawberry.field
     def mcp_servers(self) -> McpServersQuery:
@@ -501,10 +522,27 @@ class TriggersMutation:
 
 
 @strawberry.type
+class PlannedActionsMutation:
+    @strawberry.mutation
+    @mutation_step
+    def confirm_planned_action(self, info: strawberry.Info, id: uuid.UUID) -> PlannedAction:
+        return PlannedAction.from_row(planned.confirm_plan(scope_of(info), id))
+
+    @strawberry.mutation
+    @mutation_step
+    def reject_planned_action(self, info: strawberry.Info, id: uuid.UUID, reason: Optional[str] = None) -> PlannedAction:
+        return PlannedAction.from_row(planned.reject_plan(scope_of(info), id, reason))
+
+
+@strawberry.type
 class Mutation:
     @strawberry.field
     def actions(self) -> ActionsMutation:
         return ActionsMutation()
+
+    @strawberry.field
+    def planned_actions(self) -> PlannedActionsMutation:
+        return PlannedActionsMutation()
 
     @strawberry.field
     def financial(self) -> FinancialMutation:

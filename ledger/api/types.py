@@ -410,6 +410,54 @@ class ActionExecution:
         )
 
 
+@strawberry.enum
+class PlannedActionStatus(enum.Enum):
+    PROPOSED = "PROPOSED"
+    CONFIRMED = "CONFIRMED"
+    REJECTED = "REJECTED"
+    EXPIRED = "EXPIRED"
+
+
+@strawberry.type(description="A model's call that waits for a person to confirm it (DESIGN 14)")
+class PlannedAction:
+    id: uuid.UUID
+    action_id: uuid.UUID
+    action_version: int
+    input: Optional[JSON]
+    status: PlannedActionStatus
+    preview: Optional[JSON] = strawberry.field(description="{status, output | error, children: [{actionId, status}]}")
+    proposed_by_execution_id: Optional[uuid.UUID]
+    client_id: uuid.UUID = strawberry.field(description="The proposer's client")
+    mcp_server_id: Optional[uuid.UUID]
+    expires_at: datetime.datetime
+    decided_by: Optional[uuid.UUID]
+    decided_at: Optional[datetime.datetime]
+    reason: Optional[str]
+    execution_id: Optional[uuid.UUID]
+    created_at: datetime.datetime
+
+    @strawberry.field(description="The action at the proposed version")
+    def action(self, info: strawberry.Info) -> Optional[Action]:
+        record = registry.get_action(scope_of(info), self.action_id, self.action_version)
+        return Action.from_record(record) if record else None
+
+    @strawberry.field(description="The run a confirm started")
+    def execution(self, info: strawberry.Info) -> Optional[ActionExecution]:
+        if self.execution_id is None:
+            return None
+        record = records.get_execution(scope_of(info), self.execution_id)
+        return ActionExecution.from_record(record) if record else None
+
+    @classmethod
+    def from_row(cls, row: dict) -> "PlannedAction":
+        return cls(id=row["id"], action_id=row["action_id"], action_version=row["action_version"], input=row["input"],
+                   status=PlannedActionStatus(row["status"]), preview=row["preview"],
+                   proposed_by_execution_id=row["proposed_by_execution_id"], client_id=row["client_id"],
+                   mcp_server_id=row["mcp_server_id"], expires_at=row["expires_at"], decided_by=row["decided_by"],
+                   decided_at=row["decided_at"], reason=row["reason"], execution_id=row["execution_id"],
+                   created_at=row["created_at"])
+
+
 @strawberry.type
 class SessionInput:
     execution_id: uuid.UUID

@@ -34,9 +34,13 @@ class ToolHost:
     """The server side of one running program's host calls."""
 
     def __init__(self, scope: Scope, tree: CallTree, pending: PendingExecution, tools: dict[str, dict],
-                 deadline: float, run_call: Callable[..., PendingExecution]) -> None:
+                 deadline: float, run_call: Callable[..., PendingExecution],
+                 propose: Callable[..., PendingExecution] | None = None) -> None:
+        """`propose`: how a call through a `confirm` reference becomes a planned action (DESIGN 14), given
+        by the server or agent whose tools the program calls; without it such a call fails closed."""
         self.scope = scope
         self.run_call = run_call
+        self.propose = propose
         self.tree = tree
         self.pending = pending
         self.tools = tools
@@ -172,16 +176,7 @@ class ToolHost:
         except CallFailed as failed:
             child = self._refused_child(target, input, sequence, child_id, failed)
         else:
-            child = self.run_call(self.scope, self.tree, target, input, execution_id=child_id,
-                                  parent_execution_id=self.pending.execution_id,
-                                  root_execution_id=self.pending.root_execution_id, call_sequence=sequence,
-                                  depth=self.pending.depth + 1, deadline=self.deadline,
-                                  parent_attempt=self.pending.attempt)
-            if (child.status == "FAILED" and child.error["code"] == "action_input_invalid"
-                    and reference.get("input") and reference.get("actionVersion") is None):
-                child.error["hint"] = (f"the reference to {reference.get('name')!r} has no version, and version "
-                                       f"{target['version']} does not accept its fixed input: pin a version that "
-                                       "accepts the fixed input, or change the fixed input")
+            child = self._call(name, target, reference, input, sequence, child_id)
         if child.status == "SUCCEEDED":
             if check:
                 return child.output
@@ -189,3 +184,26 @@ class ToolHost:
         if check:
             raise CallFailure(child.error["code"], child.error["message"], child.error.get("hint"))
         return {"status": "FAILED", "error": child.error, "executionId": str(child_id)}
+
+    def _call(self, name: str, target: dict, reference: dict, input: Any, sequence: int,
+              child_id: uuid.UUID) -> PendingExecution:
+        """The child for a call of `target` with its merged input: a proposal through a confirm reference,
+        the call itself otherwise."""
+        if reference.get("confirm"):
+            if self.propose is None:
+                return self._refused_child(target, input, sequence, child_id, CallFailed(
+                    "action_not_callable", f"the reference to {name!r} asks for a person's confirmation, which only "
+                    "an agent's or an MCP server's tools can ask for", "remove confirm from this tool's reference"))
+            return self.propose(self.scope, self.tree, self.pending, target, reference, input, sequence=sequence,
+                                execution_id=child_id, deadline=self.deadline)
+        child = self.run_call(self.scope, self.tree, target, input, execution_id=child_id,
+                              parent_execution_id=self.pending.execution_id,
+                              root_execution_id=self.pending.root_execution_id, call_sequence=sequence,
+                              depth=self.pending.depth + 1, deadline=self.deadline,
+                              parent_attempt=self.pending.attempt)
+        if (child.status == "FAILED" and child.error["code"] == "action_input_invalid"
+                and reference.get("input") and reference.get("actionVersion") is None):
+            child.error["hint"] = (f"the reference to {reference.get('name')!r} has no version, and version "
+                                   f"{target['version']} does not accept its fixed input: pin a version that "
+                                   "accepts the fixed input, or change the fixed input")
+        return child

@@ -133,6 +133,9 @@ class Layer:
     name: str
     statements: tuple[Statement, ...]
     allow_all: bool = False
+    # The `principal` this layer's assertions see instead of the operation's: in a confirmed plan's run
+    # (DESIGN 14) the confirmer's client layer sees the confirmer, while every other layer sees the proposer.
+    principal: dict | None = field(default=None, compare=False)
     _by_operation: dict[str, tuple[tuple[int, Statement], ...]] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
@@ -243,7 +246,10 @@ class Chain:
             return Denial(operation, resource, "empty chain", "the chain has no layers")
         decision = _DecisionInput(operation, resource, principal, document, has_document, action)
         for layer in self.layers:
-            reason = layer.denial_reason(operation, resource, decision)
+            seen = decision
+            if layer.principal is not None:
+                seen = _DecisionInput(operation, resource, layer.principal, document, has_document, action)
+            reason = layer.denial_reason(operation, resource, seen)
             if reason is not None:
                 return Denial(operation, resource, layer.name, reason)
         return None

@@ -17,6 +17,8 @@ from ..actions.registry import load_action
 from ..auth.clients import client_layer
 from ..db.retry import retry_lost_races
 from ..executions.engine import run_call
+from ..executions.plan_chain import RunRefused, confirmed_scope
+from ..executions.plan_records import read_plan
 from ..executions.records import EXECUTION_COLUMNS, flush, raise_execution_event, record_json
 from ..executions.tree import CallTree, model_was_called
 from ..logs import current_call, update_call
@@ -43,7 +45,7 @@ def backoff_seconds(base: float, attempt: int) -> float:
 
 # Its record's columns, and the starter's claims that its authority carries over from; and the tenant's
 # trigger version in the same statement (queue/triggers.py), for the events the status change raises.
-_ATTEMPT_COLUMNS = f"{EXECUTION_COLUMNS}, client_claims, {TRIGGERS_VERSION_COLUMN}"
+_ATTEMPT_COLUMNS = f"{EXECUTION_COLUMNS}, client_claims, planned_action_id, {TRIGGERS_VERSION_COLUMN}"
 
 
 def run_attempt(services: Any, job: Job) -> str:
@@ -80,9 +82,13 @@ def run_attempt(services: Any, job: Job) -> str:
             with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
                 # The starter's client row, read once for the authority check, the scope and the finish.
                 client = _client(conn, execution)
-                denial = _authority_problem(conn, execution, client)
-                scope = replace(_scope_for(services, conn, execution, deadline, client), request_state=runs[-1])
-                scope, denial = _through_server(scope, execution, denial)
+                if execution["planned_action_id"] is not None:
+                    scope, denial = _as_confirmed(services, conn, execution, deadline, client)
+                else:
+                    denial = _authority_problem(conn, execution, client)
+                    scope = _scope_for(services, conn, execution, deadline, client)
+                    scope, denial = _through_server(scope, execution, denial)
+                runs[-1] = scope.request_state  # whether this run called a model, kept past its transaction
                 record = load_action(scope, execution["action_id"], execution["action_version"])
                 update_call(action=record["name"] if record else None)
                 if denial is not None or record is None:
@@ -153,6 +159,24 @@ def _through_server(scope: Scope, execution: dict,
                                  "the MCP server this task was started through is disabled or deleted",
                                  "enable the server, or start the task again through a server that is served")
     return replace(scope, chain=scope.chain.extended(server_layer(server))), denial
+
+
+def _as_confirmed(services: Any, conn: psycopg.Connection, execution: dict, deadline: float,
+                  client: Any) -> tuple[Scope, tuple[str, str, str] | None]:
+    """A run confirmed from a plan runs under the plan's chain (DESIGN 14), rebuilt for every attempt from
+    fresh records: both clients, the server or the agent, the proposing stack; the confirmer's token expiry
+    binds it."""
+    plan = read_plan(conn, execution["tenant_id"], execution["planned_action_id"])
+    if plan is None or plan["decided_by"] is None:
+        return _scope_for(services, conn, execution, deadline, client), (
+            "action_access_denied", "the plan this run was confirmed from is missing", None)
+    try:
+        scope, _ = confirmed_scope(services, conn, plan, plan["decided_by"], plan["decided_claims"] or {}, deadline)
+    except RunRefused as refused:
+        return _scope_for(services, conn, execution, deadline, client), (refused.code, refused.message, refused.hint)
+    scope = replace(scope, trigger_depth=execution["trigger_depth"])
+    remember_version(scope, execution["triggers_version"])
+    return scope, None
 
 
 def _scope_for(services: Any, conn: psycopg.Connection, execution: dict, deadline: float,

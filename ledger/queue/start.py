@@ -32,10 +32,11 @@ class ActionInputInvalid(LedgerError):
 
 def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, version: int | None, input: Any,
                  run_at: datetime.datetime | None, *, started_by: uuid.UUID | None = None,
-                 mcp_server_id: uuid.UUID | None = None) -> dict:
-    """`started_by`: the execution that starts this one (an MCP server's `invoke`), which the caller
-    was authorized to create: the started row, whose id the ledger derived from it, is the system's
-    to write. `mcp_server_id`: the server whose layer every attempt keeps (DESIGN 12)."""
+                 mcp_server_id: uuid.UUID | None = None, planned_action_id: uuid.UUID | None = None) -> dict:
+    """`started_by`: the execution that starts this one (an MCP server's `invoke`, the proposal of a
+    confirmed plan), which the caller was authorized to create: the started row, whose id the ledger
+    derived from it, is the system's to write. `mcp_server_id`: the server whose layer every attempt keeps
+    (DESIGN 12). `planned_action_id`: the confirmed plan whose chain every attempt runs under (DESIGN 14)."""
     if scope.frames:
         raise StartNotAllowed("a start cannot be made from inside an execution",
                               hint="call the tool with tools.<name>() or invokeAction instead")
@@ -65,7 +66,7 @@ def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, ve
     event = {"eventType": "action.started", "data": input, "recordType": None, "recordId": None}
     try:
         created = _insert_queued(scope, execution_id, action_id, record["version"], run_at, event, input,
-                                 started_by, mcp_server_id)
+                                 started_by, mcp_server_id, planned_action_id)
     except psycopg.errors.UniqueViolation as exc:
         # Another request started this executionId and committed after this transaction's snapshot, so
         # the lookup above could not see it. A retry, in a new transaction, answers the recorded one.
@@ -85,16 +86,16 @@ def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, ve
 
 def _insert_queued(scope: Scope, execution_id: uuid.UUID, action_id: uuid.UUID, version: int,
                    run_at: datetime.datetime | None, event: dict, input: Any, started_by: uuid.UUID | None,
-                   mcp_server_id: uuid.UUID | None) -> dict:
+                   mcp_server_id: uuid.UUID | None, planned_action_id: uuid.UUID | None) -> dict:
     return scope.one(
         "INSERT INTO executions (tenant_id, id, action_id, action_version, status, root_execution_id, depth,"
         " started, client_id, client_claims, run_at, event, input, started_by_execution_id, mcp_server_id,"
-        " trigger_depth)"
-        " VALUES (%s, %s, %s, %s, 'QUEUED', %s, 0, true, %s, %s, coalesce(%s, now()), %s, %s, %s, %s, %s)"
+        " trigger_depth, planned_action_id)"
+        " VALUES (%s, %s, %s, %s, 'QUEUED', %s, 0, true, %s, %s, coalesce(%s, now()), %s, %s, %s, %s, %s, %s)"
         f" RETURNING {EXECUTION_COLUMNS}",
         (scope.tenant_id, execution_id, action_id, version, execution_id, scope.principal.client_id,
          Jsonb(scope.principal.claims), run_at, Jsonb(event), Jsonb(input), started_by, mcp_server_id,
-         scope.trigger_depth),
+         scope.trigger_depth, planned_action_id),
     )
 
 

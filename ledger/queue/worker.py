@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -24,6 +25,7 @@ from ..logs import bind_call, unbind_call
 from ..metrics import QUEUE_DEPTH
 from .attempts import run_attempt
 from .claims import Job, LeaseLost, claim, drop_lease
+from .planned import settle_expired_plans
 from .start import QUEUE_CHANNEL
 
 log = logging.getLogger("ledger.worker")
@@ -35,11 +37,14 @@ RETRIES = Counter("ledger_queue_retries_total", "Attempts that will be retried")
 
 class Worker:
     def __init__(self, services: Any, *, concurrency: int = 4, lease_seconds: float = 10.0,
-                 poll_interval: float = 1.0, name: str | None = None) -> None:
+                 poll_interval: float = 1.0, name: str | None = None, expiry_interval: float = 5.0) -> None:
         self.services = services
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
+        # How often the worker looks for planned actions past their expiry (DESIGN 14).
+        self.expiry_interval = expiry_interval
+        self._next_expiry = 0.0
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._stopping = threading.Event()
         self._wake = threading.Event()
@@ -92,9 +97,16 @@ class Worker:
                 break
             try:
                 self._claim_and_dispatch()
+                self._settle_expiry()
             except Exception:  # noqa: BLE001 - the loop must survive database outages
                 log.exception("claiming from the queue failed; retrying")
                 self._stopping.wait(1.0)
+
+    def _settle_expiry(self) -> None:
+        if time.monotonic() < self._next_expiry:
+            return
+        self._next_expiry = time.monotonic() + self.expiry_interval
+        settle_expired_plans(self.services)
 
     def _claim_and_dispatch(self) -> None:
         with self._lock:

@@ -21,13 +21,14 @@ from ...errors import LedgerError, Retryable
 from ...executions import records
 from ...executions.invoke import invoke_action, with_fixed_input
 from ...executions.tree import model_was_called, not_rerun_hint
+from ...executions.planned import PLANNED_RESULT_SCHEMA
 from ...policy.chain import Chain, Layer
 from ...policy.principal import Principal
 from ...queue.triggers import TRIGGERS_VERSION_COLUMN, remember_version
 from ...scope import Scope
 from ...services import Services
 from ...db.retry import retry_lost_races
-from .natives import native_body
+from .natives import native_body, proposal_body
 from .tools import (EXECUTION_ID, PREVIEW, SESSION_ID, ListedTool, describe, failed, iter_listed_tools, listed_tools,
                     succeeded)
 
@@ -137,9 +138,12 @@ class McpCalls:
                                            f"{caller.server.name!r}; the tools it may call: {callable_names}")
         try:
             input = with_fixed_input(params.arguments or {}, tool.fixed, EVENT_TYPE)
+            # A confirm reference proposes the call instead of making it (DESIGN 14).
+            body, output_schema = ((proposal_body(tool, caller.server), PLANNED_RESULT_SCHEMA) if tool.confirm
+                                   else (native_body(tool, caller.server), None))
             record = invoke_action(scope, tool.record["action_id"], execution_id, tool.pinned_version, input,
                                    session_id, layer=server, event_type=EVENT_TYPE, mcp_server_id=caller.server.id,
-                                   body=native_body(tool, caller.server))
+                                   body=body, output_schema=output_schema)
         except Retryable:
             raise
         except LedgerError as refused:

@@ -27,6 +27,8 @@ from ...executions.admission import callable_record
 from ...executions.engine import CallBody, CallTree, run_call
 from ...executions.host import ToolHost
 from ...executions.invoke import with_fixed_input
+from ...executions.plan_records import PLAN, load_plan
+from ...executions.planned import Proposer, propose
 from ...executions.records import EXECUTION, PendingExecution, execution_document, invocations_of, load_execution
 from ...queue.start import cancel_execution, start_action
 from ...runtime import CallFailure, Program
@@ -95,6 +97,9 @@ def _invoke(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: f
                           f"call {target.name!r} itself (tools/call), which finds or creates its session")
     input = with_fixed_input(args.get("input") or {}, target.fixed, "mcp.tools_call")
     child_id = scope.services.execution_ids.child(pending.execution_id, pending.attempt, 1)
+    if target.confirm:
+        # Called, previewed or started: a confirm reference always answers the planned result (DESIGN 14).
+        return _proposed(scope, tree, pending, record, target.reference, input, child_id, deadline, server)
     if start:
         started = start_action(scope, record["action_id"], child_id, record["version"], input, None,
                                started_by=pending.execution_id, mcp_server_id=server.id)
@@ -128,18 +133,35 @@ def _invoke(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: f
     return answer
 
 
+def _proposed(scope: Scope, tree: CallTree, pending: PendingExecution, record: dict, reference: dict, input: Any,
+              child_id: uuid.UUID, deadline: float, server: McpServer) -> dict:
+    """A call through a confirm reference, as call number 1 of `pending`: the planned result."""
+    try:
+        admission.admit(tree, record, record["name"])
+    except admission.CallRefused as refused:
+        raise CallFailure(refused.code, refused.message, refused.hint) from None
+    proposal = propose(scope, tree, pending, record, reference, input, proposer=Proposer(mcp_server_id=server.id),
+                       sequence=1, execution_id=child_id, deadline=deadline)
+    if proposal.status != "SUCCEEDED":
+        raise CallFailure(proposal.error["code"], proposal.error["message"], proposal.error.get("hint"))
+    return proposal.output
+
+
+def proposal_body(tool: ListedTool, server: McpServer) -> CallBody:
+    """What a tools/call of a confirm reference does: it proposes the call, as its child (DESIGN 14)."""
+
+    def body(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: float) -> Any:
+        child_id = scope.services.execution_ids.child(pending.execution_id, pending.attempt, 1)
+        return _proposed(scope, tree, pending, tool.record, tool.reference, pending.input, child_id, deadline, server)
+
+    return body
+
+
 def _target(name: str, listed: list[ListedTool], server: McpServer) -> ListedTool:
     tools = _callable_tools(listed)
     target = next((t for t in tools if t.name == name), None)
     if target is not None:
         return target
-    if any(ref.get("confirm") and ref.get("name") == name for ref in server.tools):
-        # DESIGN 14: such a call becomes a planned action a person confirms; until those exist the tool
-        # never runs through this reference.
-        raise CallFailure("action_not_callable",
-                          f"{name!r} needs a person's confirmation on MCP server {server.name!r}, and this ledger "
-                          "does not take planned actions yet",
-                          "ask a person to make this call, or have the server list the tool without confirm")
     names = ", ".join(t.name for t in tools) or "none"
     raise CallFailure("not_found", f"MCP server {server.name!r} lists no tool {name!r} that this caller may call",
                       f"invoke one of: {names}")
@@ -161,9 +183,8 @@ def _version(target: ListedTool, asked: int | None, server: McpServer) -> int | 
 # ---------------------------------------------------------------------------- tasks
 
 
-def _task(scope: Scope, pending: PendingExecution, server: McpServer) -> dict:
-    """The task named by the call's taskId: only one started through this server by this client."""
-    task_id = uuid.UUID(pending.input["taskId"])
+def _task(scope: Scope, task_id: uuid.UUID, server: McpServer) -> dict:
+    """The task `task_id`: only one started through this server by this client."""
     row = load_execution(scope, task_id)
     if (row is None or not row["started"] or row["mcp_server_id"] != server.id
             or row["client_id"] != scope.principal.client_id):
@@ -197,17 +218,59 @@ def _task_answer(scope: Scope, row: dict, *, cancel_requested: bool = False) -> 
             "pollIntervalMs": POLL_INTERVAL_MS}
 
 
+def _plan(scope: Scope, pending: PendingExecution, server: McpServer) -> dict | None:
+    """The planned action named by the call's taskId, when it is one proposed through this server by this
+    client (DESIGN 14); None otherwise."""
+    plan = load_plan(scope, _task_id(pending))
+    if plan is None or plan["mcp_server_id"] != server.id or plan["client_id"] != scope.principal.client_id:
+        return None
+    scope.require("SELECT", PLAN, plan)
+    return plan
+
+
+def _plan_answer(scope: Scope, plan: dict) -> dict:
+    """A plan as a task: working while PROPOSED, cancelled once rejected or expired, then its execution."""
+    status = plan["status"]
+    if status == "CONFIRMED":
+        row = load_execution(scope, plan["execution_id"])
+        scope.require("SELECT", EXECUTION, execution_document(row))
+        answer = _task_answer(scope, row)
+        answer["statusMessage"] = f"confirmed; {answer['statusMessage']}"
+        return {**answer, "taskId": str(plan["id"])}
+    if status == "PROPOSED":
+        message = f"waiting for a person to confirm or reject it; it expires at {plan['expires_at'].isoformat()}"
+    elif status == "REJECTED":
+        message = f"rejected: {plan['reason']}" if plan["reason"] else "rejected"
+    else:
+        message = "expired: nobody confirmed it within 24 hours"
+    return {"taskId": str(plan["id"]), "status": "working" if status == "PROPOSED" else "cancelled",
+            "statusMessage": message, "output": None, "error": None, "pollIntervalMs": POLL_INTERVAL_MS}
+
+
 def _get_task(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: float,
               server: McpServer) -> dict:
-    return _task_answer(scope, _task(scope, pending, server))
+    plan = _plan(scope, pending, server)
+    if plan is not None:
+        return _plan_answer(scope, plan)
+    return _task_answer(scope, _task(scope, _task_id(pending), server))
 
 
 def _cancel_task(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: float,
                  server: McpServer) -> dict:
-    row = _task(scope, pending, server)
+    plan = _plan(scope, pending, server)
+    if plan is not None and plan["status"] != "CONFIRMED":
+        raise CallFailure("start_not_allowed", "a planned action is decided by a person, not cancelled by its "
+                          "proposer", "leave it: a person rejects it, or it expires unconfirmed after 24 hours")
+    # A confirmed plan's task is its run.
+    row = _task(scope, plan["execution_id"] if plan is not None else _task_id(pending), server)
     cancelled = cancel_execution(scope, row["id"])
     row = {**row, "status": cancelled["status"]}
-    return _task_answer(scope, row, cancel_requested=cancelled["status"] == "RUNNING")
+    answer = _task_answer(scope, row, cancel_requested=cancelled["status"] == "RUNNING")
+    return answer if plan is None else {**answer, "taskId": str(plan["id"])}
+
+
+def _task_id(pending: PendingExecution) -> uuid.UUID:
+    return uuid.UUID(pending.input["taskId"])
 
 
 # ---------------------------------------------------------------------------- program
@@ -238,7 +301,8 @@ def _program(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: 
     # The program is the writing execution of what it does through graphql(), and no layer of its own.
     frame = ToolFrame(natives.PROGRAM_ID, 1, "program", pending.execution_id)
     # The program is no tool level: its calls are admitted beneath the tools on the stack, which it is not on.
-    host = ToolHost(scope.within_tool(frame, scope.chain), tree, pending, tools, deadline, run_call)
+    host = ToolHost(scope.within_tool(frame, scope.chain), tree, pending, tools, deadline, run_call,
+                    propose=partial(propose, proposer=Proposer(mcp_server_id=server.id)))
     first = len(tree.pending)
     if not preview:
         value = _run(executor, program, pending, host, deadline)

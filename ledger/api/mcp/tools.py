@@ -21,6 +21,7 @@ import mcp_types as types
 
 from ...actions.registry import ACTION, as_document, load_action
 from ...executions.engine import tool_layer
+from ...executions.planned import PLANNED_RESULT_SCHEMA
 from ...policy.chain import Layer
 from ...scope import Scope
 
@@ -53,10 +54,15 @@ class ListedTool:
         return self.reference.get("actionVersion")
 
     @property
+    def confirm(self) -> bool:
+        """Whether a call is a proposal a person confirms (DESIGN 14): it answers the planned result."""
+        return bool(self.reference.get("confirm"))
+
+    @property
     def output_wrapped(self) -> bool:
         """Whether the output is wrapped as `{result}`: MCP's structuredContent is an object."""
         schema = (self.record.get("tool") or {}).get("outputSchema")
-        return schema is not None and schema.get("type") != "object"
+        return not self.confirm and schema is not None and schema.get("type") != "object"
 
     def structured(self, output: Any) -> Any:
         if self.output_wrapped or (not isinstance(output, dict)):
@@ -104,12 +110,6 @@ def _resolve(scope: Scope, server: Any, position: int, reference: dict) -> dict 
                     server.id, position, reference.get("name"), reference.get("actionVersion") or "latest",
                     extra=extra)
         return None
-    if reference.get("confirm"):
-        # A `confirm` reference answers a planned result (DESIGN 14), which does not exist yet: never
-        # run such a tool directly instead.
-        log.info("MCP server %s: tools[%d] (%r) needs a person's confirmation, which this version does not "
-                 "serve yet; it is left out of the list", server.id, position, reference.get("name"), extra=extra)
-        return None
     return record
 
 
@@ -118,11 +118,18 @@ def describe(tool: ListedTool, client: Layer, server: Layer) -> types.Tool:
     block = tool.record.get("tool") or {}
     read_only = not all(layer.has_allow_for(WRITES) for layer in (client, server, tool_layer(tool.record)))
     output_schema = block.get("outputSchema")
-    if output_schema is not None and output_schema.get("type") != "object":
+    if tool.confirm:
+        output_schema = PLANNED_RESULT_SCHEMA
+    elif output_schema is not None and output_schema.get("type") != "object":
         output_schema = {"type": "object", "properties": {"result": output_schema}, "required": ["result"]}
+    description = block.get("description") or tool.record.get("description")
+    if tool.confirm:
+        description = (f"{description or ''}\n\nA call does not run this tool: it proposes the call, which a person "
+                       "confirms or rejects. The result is the plan (plannedActionId) and a preview of what the "
+                       "call would do; get_task with the plannedActionId follows it.").strip()
     return types.Tool(
         name=tool.name,
-        description=block.get("description") or tool.record.get("description"),
+        description=description,
         input_schema=_without_fixed(block.get("inputSchema") or {"type": "object"}, tool.fixed),
         output_schema=output_schema,
         annotations=types.ToolAnnotations(read_only_hint=read_only, destructive_hint=not read_only,
