@@ -414,18 +414,6 @@ def test_a_script_that_runs_out_fails_the_turn_with_model_unavailable(api, servi
     assert [c["status"] for c in ran["children"]] == ["FAILED"]
 
 
-def test_a_confirm_reference_never_runs_its_tool(api, services):
-    money_tools(api)
-    _, funded = funded_account(api, 100)
-    target = create_account(api, "target")
-    agent_id = publish(api, agent("planner", [{"name": "move", "confirm": True}]))
-    script(services, [{"tool_calls": [move(new_id(), funded, target, 100)]}, {"text": "asked"}])
-    ran = invoke(api, agent_id, {})
-    (result,) = tool_results(seen(services)[1])
-    assert result.is_error and result.content.startswith("action_not_callable: 'move' needs a person's confirmation")
-    assert balance(api, funded) == 100 and len(ran["children"]) == 2
-
-
 def test_model_calls_count_toward_the_limit_of_1024_calls_beneath_one_call(api, services):
     agent_id = publish(api, agent("counter", [{"name": "cel"}],
                                   harness={"maxRounds": 100, "budget": {"toolCalls": 1000, "tokens": 10**7}}))

@@ -11,8 +11,9 @@
    the next call is made with `tool_choice: "none"`. At 80% of the budget the model is told so.
 5. The final answer is validated against the outputSchema, with one corrective retry.
 
-Every tool call goes through `_call_tool`, the one place a call's fate is decided (a reference with
-`confirm: true` included): nothing else runs a tool for the model.
+Every tool call goes through `_call_tool`, the one place a call's fate is decided: nothing else runs a tool
+for the model. A call through a `confirm: true` reference becomes a planned action (executions/planned.py,
+DESIGN 14) in the turn's host: the model gets the planned result, and the tool does not run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Callable
 
 from ..actions.natives import READ_RESULT_INPUT, NATIVE_TOOLS
@@ -35,6 +37,7 @@ from .failures import CallFailed
 from .host import ToolHost
 from .model_calls import call_model
 from .offload import json_bytes, offloaded, read_slice
+from .planned import Proposer, propose
 from .records import PendingExecution
 from .references import resolve_tools
 from .tree import CallTree, now
@@ -100,7 +103,9 @@ def run_turn(scope: Scope, tree: CallTree, record: dict, input: Any, pending: Pe
     frame = ToolFrame(record["action_id"], record["version"], record["name"], pending.execution_id)
     agent_scope = scope.within_tool(frame, scope.chain.extended(layer))
     turn = _Turn(scope=agent_scope, tree=tree, pending=pending,
-                 host=ToolHost(agent_scope, tree, pending, tools, deadline, run_call), tools=tools,
+                 host=ToolHost(agent_scope, tree, pending, tools, deadline, run_call,
+                               propose=partial(propose, proposer=Proposer(agent=(record["action_id"], record["version"])))),
+                 tools=tools,
                  over_tokens=harness["context"]["offload"]["over_tokens"],
                  budget=Budget(harness["budget"]["toolCalls"], harness["budget"]["tokens"]),
                  max_payload_bytes=scope.services.settings.max_payload_bytes)
@@ -245,12 +250,6 @@ def _call_tool(turn: _Turn, call: ToolCall) -> ToolResult:
         declared = ", ".join([*turn.tools, *([READ_RESULT] if turn.offloads else [])]) or "none"
         return _error_result(call, "tool_not_declared", f"there is no tool {call.name!r} in this turn",
                              f"call one of the declared tools: {declared}")
-    if (target.get("reference") or {}).get("confirm"):
-        # A planned action (DESIGN 14) needs a person's confirmation, which is not recorded yet: fail closed.
-        return _error_result(call, "action_not_callable",
-                             f"{call.name!r} needs a person's confirmation (confirm: true), which this ledger "
-                             "cannot record yet; the tool was not run",
-                             "tell the user what you would have done, and do not try this tool again")
     arguments, not_json = _parse_arguments(call)
     if not_json is not None:
         try:

@@ -195,7 +195,7 @@ class ToolHost:
                     "action_not_callable", f"the reference to {name!r} asks for a person's confirmation, which only "
                     "an agent's or an MCP server's tools can ask for", "remove confirm from this tool's reference"))
             return self.propose(self.scope, self.tree, self.pending, target, reference, input, sequence=sequence,
-                                execution_id=child_id, deadline=self.deadline)
+                                execution_id=child_id, deadline=self.deadline, run_call=self.run_call)
         child = self.run_call(self.scope, self.tree, target, input, execution_id=child_id,
                               parent_execution_id=self.pending.execution_id,
                               root_execution_id=self.pending.root_execution_id, call_sequence=sequence,

@@ -20,6 +20,8 @@ from ..values import storable_json
 
 PLAN = "financial.PlannedAction.document"
 PLAN_INDEX = "financial.PlannedAction.indexes.all"
+RECORD_TYPE = "financial.PlannedAction"
+_NOT_IN_EVENTS = frozenset({"client_claims", "decided_claims", "stored_status", "tenant_id"})
 # How long a proposal waits for a decision.
 EXPIRY = datetime.timedelta(hours=24)
 
@@ -39,28 +41,40 @@ def _stored(column: str, value: Any) -> Any:
 # ---------------------------------------------------------------------------- writes (one place each)
 
 
-def insert_plan(conn: psycopg.Connection, tenant_id: uuid.UUID, values: dict) -> dict:
-    """Record a proposal, expiring EXPIRY after the database's clock says now; returns it as read back."""
+def insert_plan(scope: Scope, values: dict) -> dict:
+    """Record a proposal, expiring EXPIRY after the database's clock says now; returns it as read back.
+    Raises `financial.PlannedAction.inserted` (DESIGN 15) in the same transaction."""
     columns = ["tenant_id", *values]
-    return conn.execute(
+    plan = scope.conn.execute(
         f"INSERT INTO planned_actions ({', '.join(columns)}, expires_at)"
         f" VALUES ({', '.join(['%s'] * len(columns))}, now() + %s) RETURNING {COLUMNS}",
-        [tenant_id, *(_stored(column, value) for column, value in values.items()), EXPIRY],
+        [scope.tenant_id, *(_stored(column, value) for column, value in values.items()), EXPIRY],
     ).fetchone()
+    scope.services.record_events.raised(scope, "financial.PlannedAction.inserted", RECORD_TYPE, event_record(plan))
+    return plan
 
 
-def update_plan(conn: psycopg.Connection, tenant_id: uuid.UUID, plan_id: uuid.UUID, *, status: str,
-                decided_by: uuid.UUID | None = None, decided_claims: dict | None = None, reason: str | None = None,
+def update_plan(scope: Scope, previous: dict, *, status: str, decided_by: uuid.UUID | None = None,
+                decided_claims: dict | None = None, reason: str | None = None,
                 execution_id: uuid.UUID | None = None) -> dict:
-    """Record a decision (`decided_by` the deciding client, at the database's now) or an expiry; returns the
-    plan as read back."""
-    return conn.execute(
+    """Record a decision (`decided_by` the deciding client, at the database's now) or an expiry of the plan
+    `previous` (as read, locked, before); returns the plan as read back. Raises
+    `financial.PlannedAction.updated` in the same transaction."""
+    plan = scope.conn.execute(
         "UPDATE planned_actions SET status = %s, decided_by = %s, decided_claims = %s, reason = %s,"
         " execution_id = %s, decided_at = CASE WHEN %s THEN now() END, updated_at = now()"
         f" WHERE tenant_id = %s AND id = %s RETURNING {COLUMNS}",
         (status, decided_by, _stored("decided_claims", decided_claims), reason, execution_id,
-         decided_by is not None, tenant_id, plan_id),
+         decided_by is not None, scope.tenant_id, previous["id"]),
     ).fetchone()
+    scope.services.record_events.raised(scope, "financial.PlannedAction.updated", RECORD_TYPE, event_record(plan),
+                                        event_record(previous))
+    return plan
+
+
+def event_record(plan: dict) -> dict:
+    """A plan as a record event shows it: its columns, without the tokens' claims it keeps for the run."""
+    return {key: value for key, value in plan.items() if key not in _NOT_IN_EVENTS}
 
 
 def read_plan(conn: psycopg.Connection, tenant_id: uuid.UUID, plan_id: uuid.UUID, *, lock: bool = False) -> dict | None:

@@ -13,14 +13,14 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Callable
 
 import psycopg
 
 from ..runtime import CallFailure
 from ..scope import Scope
 from . import admission
-from .engine import CallTree, run_call
+from .tree import CallTree
 from .plan_records import insert_plan
 from .records import PendingExecution
 
@@ -60,31 +60,33 @@ class Proposer:
 
 
 def propose(scope: Scope, tree: CallTree, parent: PendingExecution, target: dict, reference: dict, input: Any, *,
-            proposer: Proposer, sequence: int, execution_id: uuid.UUID, deadline: float) -> PendingExecution:
+            proposer: Proposer, sequence: int, execution_id: uuid.UUID, deadline: float,
+            run_call: Callable[..., PendingExecution]) -> PendingExecution:
     """Propose calling `target` (the version `reference` resolved to) with `input` (fixed input merged).
 
     The caller has admitted the call (re-entry, depth, count) and derived `execution_id` for call number
     `sequence` of `parent`. Returns the proposal: SUCCEEDED with the planned result, or FAILED when the
     call cannot be proposed (its input fails the tool's schema, the tool keeps sessions); a failure
     records no plan. `reference` is the confirm reference itself (its fixed input is already merged).
+    `run_call`: the engine's, which the caller holds (the engine's turn of an agent proposes through here).
     """
     planned = {**target, "tool": {**(target.get("tool") or {}), "outputSchema": PLANNED_RESULT_SCHEMA}}
     return run_call(scope, tree, planned, input, execution_id=execution_id,
                     parent_execution_id=parent.execution_id, root_execution_id=parent.root_execution_id,
                     call_sequence=sequence, depth=parent.depth + 1, deadline=deadline,
-                    parent_attempt=parent.attempt, body=partial(_proposal, target, proposer))
+                    parent_attempt=parent.attempt, body=partial(_proposal, target, proposer, run_call))
 
 
-def _proposal(target: dict, proposer: Proposer, scope: Scope, tree: CallTree, proposal: PendingExecution,
-              deadline: float) -> dict:
+def _proposal(target: dict, proposer: Proposer, run_call: Callable[..., PendingExecution], scope: Scope,
+              tree: CallTree, proposal: PendingExecution, deadline: float) -> dict:
     """The proposal's body: the preview, then the plan; its output is the planned result."""
     name = (target.get("tool") or {}).get("name") or target["name"]
     if (target.get("tool") or {}).get("session"):
         raise CallFailure("action_not_callable", f"{name!r} keeps sessions, and a planned action runs as a start, "
                           "which a session tool cannot",
                           "pin the reference to a version without sessions, or list the tool without confirm")
-    preview = _preview(scope, tree, proposal, target, deadline)
-    plan = insert_plan(scope.conn, scope.tenant_id, {
+    preview = _preview(scope, tree, proposal, target, deadline, run_call)
+    plan = insert_plan(scope, {
         "id": uuid.uuid4(), "action_id": target["action_id"], "action_version": target["version"],
         "input": proposal.input, "preview": preview, "proposed_by_execution_id": proposal.parent_execution_id,
         "proposal_execution_id": proposal.execution_id, "client_id": scope.principal.client_id,
@@ -97,7 +99,8 @@ def _proposal(target: dict, proposer: Proposer, scope: Scope, tree: CallTree, pr
     return {"planned": True, "plannedActionId": str(plan["id"]), "status": "PROPOSED", "preview": preview}
 
 
-def _preview(scope: Scope, tree: CallTree, proposal: PendingExecution, target: dict, deadline: float) -> dict:
+def _preview(scope: Scope, tree: CallTree, proposal: PendingExecution, target: dict, deadline: float,
+             run_call: Callable[..., PendingExecution]) -> dict:
     """The call run in a savepoint that is then rolled back: `{status, output | error, children}`, its records
     kept beneath the proposal with rolledBack true."""
     try:

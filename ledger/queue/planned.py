@@ -9,6 +9,7 @@ needs UPDATE on the plan's document. A plan that is no longer PROPOSED is `plann
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -21,12 +22,16 @@ from ..executions.engine import CallTree, run_call
 from ..executions.plan_chain import RunRefused, confirmed_scope
 from ..executions.plan_records import PLAN, load_plan, read_plan, update_plan
 from ..executions.records import require_new_execution
+from ..policy.chain import Chain
+from ..policy.principal import Principal
 from ..scope import Scope
 from .start import StartNotAllowed, start_action
 
 log = logging.getLogger("ledger.planned")
 
 MAX_REASON_CHARS = 2_000
+# The deadline of the worker's transaction that writes one expiry.
+EXPIRY_WRITE_SECONDS = 30
 
 
 def confirm_plan(scope: Scope, plan_id: uuid.UUID) -> dict:
@@ -47,7 +52,7 @@ def confirm_plan(scope: Scope, plan_id: uuid.UUID) -> dict:
     started = start_action(calling, plan["action_id"], execution_id, record["version"], plan["input"], None,
                            started_by=plan["proposed_by_execution_id"], mcp_server_id=plan["mcp_server_id"],
                            planned_action_id=plan_id)
-    return update_plan(scope.conn, scope.tenant_id, plan_id, status="CONFIRMED", decided_by=scope.principal.client_id,
+    return update_plan(scope, plan, status="CONFIRMED", decided_by=scope.principal.client_id,
                        decided_claims=scope.principal.claims, execution_id=started["execution_id"])
 
 
@@ -59,8 +64,8 @@ def reject_plan(scope: Scope, plan_id: uuid.UUID, reason: str | None) -> dict:
         if "\x00" in reason:
             raise InvalidInput("the reason holds a NUL character (\\u0000), which cannot be stored",
                                hint="remove it")
-    _deciding(scope, plan_id, "REJECTED")
-    return update_plan(scope.conn, scope.tenant_id, plan_id, status="REJECTED", decided_by=scope.principal.client_id,
+    plan = _deciding(scope, plan_id, "REJECTED")
+    return update_plan(scope, plan, status="REJECTED", decided_by=scope.principal.client_id,
                        decided_claims=scope.principal.claims, reason=reason)
 
 
@@ -121,8 +126,16 @@ def settle_expired_plans(services: Any, batch: int = 100) -> int:
             # Decided meanwhile (the lock waited for that decision), or not due after all.
             if plan is None or plan["stored_status"] != "PROPOSED" or plan["status"] != "EXPIRED":
                 continue
-            update_plan(conn, row["tenant_id"], row["id"], status="EXPIRED")
+            update_plan(_expiry_scope(services, conn, plan), plan, status="EXPIRED")
             settled += 1
     if settled:
         log.info("expired %d planned action(s) that nobody decided in time", settled)
     return settled
+
+
+def _expiry_scope(services: Any, conn: Any, plan: dict) -> Scope:
+    """The worker's own write of an expiry: no caller's authority is needed or granted (an empty chain
+    allows nothing), only the record event it raises."""
+    principal = Principal(plan["tenant_id"], plan["client_id"], "queue", {})
+    return Scope(conn=conn, principal=principal, chain=Chain(()), services=services,
+                 deadline=time.monotonic() + EXPIRY_WRITE_SECONDS)

@@ -141,7 +141,7 @@ def _proposed(scope: Scope, tree: CallTree, pending: PendingExecution, record: d
     except admission.CallRefused as refused:
         raise CallFailure(refused.code, refused.message, refused.hint) from None
     proposal = propose(scope, tree, pending, record, reference, input, proposer=Proposer(mcp_server_id=server.id),
-                       sequence=1, execution_id=child_id, deadline=deadline)
+                       sequence=1, execution_id=child_id, deadline=deadline, run_call=run_call)
     if proposal.status != "SUCCEEDED":
         raise CallFailure(proposal.error["code"], proposal.error["message"], proposal.error.get("hint"))
     return proposal.output
