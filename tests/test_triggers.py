@@ -267,3 +267,25 @@ def test_a_trigger_written_through_one_process_fires_on_the_next_write_through_a
             assert len(runs(api, trigger["id"])) == 1
     finally:
         other.close()
+
+
+NESTED_DEPTH = (
+    'def run(event):\n'
+    '    d = event["data"]\n'
+    '    r = graphql("""mutation($id: UUID!, $input: InvokeActionInput!) { actions { invokeAction(id: $id,'
+    ' input: $input) { status triggerDepth } } }""", variables={"id": d["target"], "input": {"executionId": d["eid"],'
+    ' "input": {}}})\n'
+    '    return r["actions"]["invokeAction"]\n')
+
+
+def test_a_nested_invoke_inside_a_triggers_run_answers_the_stored_trigger_depth(api, worker):
+    leaf = publish(api, tool("leaf", 'def run(event):\n    return {}\n'))
+    nester = publish(api, tool("nester", NESTED_DEPTH))
+    trigger = create_trigger(api, nester, name="nest", event="financial.Account.inserted",
+                             input={"target": leaf, "eid": {"$cel": "event.recordId"}})
+    account_id = create_account(api, "savings")
+    (run,) = wait_for_runs(api, trigger["id"], 1)
+    assert run["status"] == "SUCCEEDED", run["invocation"]
+    assert run["invocation"]["output"] == {"status": "SUCCEEDED", "triggerDepth": 1}
+    stored = api.gql("query($id: UUID!) { actions { execution(id: $id) { triggerDepth } } }", {"id": account_id})
+    assert stored["actions"]["execution"] == {"triggerDepth": 1}

@@ -109,7 +109,7 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
             scope.request_state.pop(TREE_KEY, None)
             tree.close()
     if not own_tree:
-        return pending.as_record(scope.one("SELECT now() AS now")["now"])
+        return pending.as_record(scope.one("SELECT now() AS now")["now"], scope.trigger_depth)
     # A turn that called a model is recorded whatever cut it (DESIGN 13: a deadline passed during a model
     # call is the turn's `action_response_timeout`): its tokens are spent, and a repeat must not run it again.
     if not tree.model_called and _cut_by_the_request_deadline(scope, record, pending, started):
@@ -136,7 +136,7 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
                           hint="retry: the repeat returns the recorded execution")
         retry.race = True
         raise retry from exc
-    return pending.as_record(created_at)
+    return pending.as_record(created_at, scope.trigger_depth)
 
 
 def _derived_id_taken(scope: Scope, execution_id: uuid.UUID, pending: list[PendingExecution]) -> uuid.UUID | None:
@@ -196,4 +196,4 @@ def _repeat_within_tree(scope: Scope, earlier: PendingExecution, action_id: uuid
             f"executionId {earlier.execution_id} was already used for another call",
             hint="use a new executionId for a new call; repeat a call only with the same action and input",
         )
-    return earlier.as_record(scope.one("SELECT now() AS now")["now"])
+    return earlier.as_record(scope.one("SELECT now() AS now")["now"], scope.trigger_depth)

@@ -219,7 +219,9 @@ class PendingExecution:
                 "mcp_server_id": self.mcp_server_id, "trigger_id": None, "trigger_depth": trigger_depth,
                 "input": self.input, "created_at": created_at}
 
-    def as_record(self, created_at: datetime.datetime) -> dict:
+    def as_record(self, created_at: datetime.datetime, trigger_depth: int) -> dict:
+        """The call as invokeAction answers it; `trigger_depth` is the tree's, which every row of it is
+        written with (flush), so that the answer inside a trigger's run says what is stored."""
         invocation = {"attempt": self.attempt, "input": self.input, "output": self.output, "error": self.error,
                       "tools": self.tools, "logs": self.logs, "started_at": self.started_at,
                       "finished_at": self.finished_at, "duration_ms": self.duration_ms,
@@ -232,6 +234,7 @@ class PendingExecution:
             "depth": self.depth, "attempts": self.attempt, "started": False, "started_by_execution_id": None,
             "event": self.event, "input": self.input, "session_id": self.session_id, "created_at": created_at,
             "client_id": self.client_id, "rolled_back": self.rolled_back, "mcp_server_id": self.mcp_server_id,
+            "trigger_depth": trigger_depth,
         }, [invocation])
 
 
