@@ -11,7 +11,7 @@ import time
 import pytest
 
 from agent_helpers import agent, agent_settings, call, execution, money_tools, new_id, script, seen, tool_results
-from helpers import balance, create_account, funded_account
+from helpers import balance, create_account, funded_account, transfer
 from invoke_helpers import INVOKE, invoke, publish, tool
 from mcp_helpers import EVERYTHING, call_tool, create_server, list_tools, running_server
 from model_server import ModelServer
@@ -235,3 +235,42 @@ def test_a_graphql_result_over_the_payload_bound_fails_that_call_and_is_fed_back
     assert result.is_error and result.content.startswith("action_resource_exhausted: ")
     assert f"payload bound of {PAYLOAD_BOUND} bytes" in result.content
     assert ran["children"][1]["status"] == "FAILED"
+
+
+# ---------------------------------------------------------------------------- a model tool in a transaction
+
+
+PAY_SRC = '''
+def run(event):
+    d = event["data"]
+    graphql("query($id: UUID!) { financial { account(id: $id) { balance } } }", variables = {"id": d["from"]})
+    label = tools.classify({"memo": "rent"})
+    graphql("""mutation($id: UUID!, $from: UUID!, $to: UUID!) { financial {
+      createTransfer(id: $id, input: {fromAccountId: $from, toAccountId: $to, amount: 100}) { id } } }""",
+            variables = {"id": d["transfer_id"], "from": d["from"], "to": d["to"]})
+    return label
+'''
+
+
+def test_a_request_whose_model_tool_was_called_is_not_run_again_after_a_lost_race(api, services, model_server):
+    opening, funded = funded_account(api, 1000)
+    target = create_account(api, "target")
+    publish(api, {**model_tool(), "config": {"model": {"provider": "local", "name": "m"},
+                                             "instructions": "Classify the memo."}})
+    pay = publish(api, tool("pay", PAY_SRC, tools=[{"name": "classify"}]))
+    model_server.queue(200, chat('{"category": "rent"}'), delay=1.5)
+    answer: dict = {}
+    thread = threading.Thread(target=lambda: answer.update(body=api.post(INVOKE, {"id": pay, "input": {
+        "executionId": new_id(), "input": {"from": funded, "to": target, "transfer_id": new_id()}}}).json()))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while len(model_server.seen) < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    # While the model thinks, another request moves money from the account the call has read.
+    transfer(api, funded, opening, 50)
+    thread.join(30)
+    (error,) = answer["body"]["errors"]
+    assert error["extensions"]["code"] == "retryable" and "did not run it again" in error["extensions"]["hint"]
+    assert len(model_server.seen) == 1  # the server did not call the model again
+    assert balance(api, funded) == 950 and balance(api, target) == 0
