@@ -289,3 +289,19 @@ def test_a_nested_invoke_inside_a_triggers_run_answers_the_stored_trigger_depth(
     assert run["invocation"]["output"] == {"status": "SUCCEEDED", "triggerDepth": 1}
     stored = api.gql("query($id: UUID!) { actions { execution(id: $id) { triggerDepth } } }", {"id": account_id})
     assert stored["actions"]["execution"] == {"triggerDepth": 1}
+
+
+def test_a_queued_run_is_counted_fired_and_a_false_condition_skipped(api, review, http):
+    create_trigger(api, review, condition=OVER_THE_LIMIT)
+
+    def counts() -> tuple[float, float]:
+        metrics = scrape(http)
+        return (value(metrics, "ledger_triggers_fired", "ledger_triggers_fired_total",
+                      event="financial.Transfer.inserted"),
+                value(metrics, "ledger_triggers_skipped", "ledger_triggers_skipped_total",
+                      event="financial.Transfer.inserted", reason="condition_false"))
+
+    fired, skipped = counts()
+    opening, funded = funded_account(api, 500_000)  # over the limit: fired
+    transfer(api, funded, opening, 500)  # under it: skipped
+    assert counts() == (fired + 1, skipped + 1)
