@@ -70,4 +70,4 @@ def test_the_natives_of_an_agents_turn_cannot_be_invoked(api):
     for native in ("00000000-0000-4000-8000-000000000007", "00000000-0000-4000-8000-000000000008"):
         error = invoke_error(api, native)
         assert error["extensions"]["code"] == "action_not_callable"
-        assert "agent's turn" in error["message"]
+        assert "acts for an agent or a model tool" in error["message"]
