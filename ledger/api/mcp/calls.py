@@ -63,12 +63,12 @@ class McpCalls:
     def _transaction(self, caller: Caller, *, rollback: bool):
         # The tenant's trigger version goes with BEGIN (no round trip of its own), for the events a call raises.
         return self.services.db.transaction(caller.principal.tenant_id, deadline=caller.deadline, rollback=rollback,
-                                            first=(f"SELECT {TRIGGERS_VERSION_COLUMN}", None))
+                                            first=[(f"SELECT {TRIGGERS_VERSION_COLUMN}", None)])
 
     def _scope(self, conn, caller: Caller, *, dry_run: bool = False) -> Scope:
         scope = Scope(conn=conn, principal=caller.principal, chain=Chain((caller.client_layer(),)),
                       services=self.services, deadline=caller.deadline, dry_run=dry_run)
-        remember_version(scope, conn.ledger_first["triggers_version"])
+        remember_version(scope, conn.ledger_first[0]["triggers_version"])
         return scope
 
     # ------------------------------------------------------------------ tools/list

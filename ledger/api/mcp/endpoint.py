@@ -138,9 +138,9 @@ class McpEndpoint:
     def _load(self, claims: Any, name: str, deadline: float) -> Caller:
         services = self.services
         with services.db.transaction(claims.tenant_id, deadline=deadline, rollback=True,
-                                     first=principal_query(claims.tenant_id, claims.client_id)) as conn:
+                                     first=[principal_query(claims.tenant_id, claims.client_id)]) as conn:
             principal, policies = load_principal(conn, claims.tenant_id, claims.client_id, claims.raw,
-                                                 row=conn.ledger_first)
+                                                 row=conn.ledger_first[0])
             scope = Scope(conn=conn, principal=principal, chain=Chain((client_layer(principal, policies),)),
                           services=services, deadline=deadline)
             server = load_server_by_name(scope, name)
