@@ -6,6 +6,7 @@ bad input is answered (never a 500, nothing written).
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import httpx
@@ -440,6 +441,80 @@ def test_arguments_that_are_not_an_object_are_invalid_params(served, examples, d
 def test_a_host_the_server_was_not_told_is_refused(served, examples, desk):
     response = post(served, "desk", INIT, examples.token, Host="attacker.example")
     assert response.status_code == 421
+
+
+# ---------------------------------------------------------------------------- one request, one transaction
+
+
+LEGACY = {"MCP-Protocol-Version": "2025-11-25"}
+
+
+def _connections_taken(services) -> int:
+    return services.db.pool.get_stats().get("requests_num", 0)
+
+
+def _wait_all_returned(services) -> None:
+    """The route gives an unused transaction's connection back after the response has gone out."""
+    deadline = time.monotonic() + 5
+    while True:
+        stats = services.db.pool.get_stats()
+        if stats["pool_available"] == stats["pool_size"]:
+            return
+        assert time.monotonic() < deadline, f"connections are still checked out: {stats}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("method", ["tools/call", "tools/list"])
+def test_a_tools_request_takes_one_connection_for_the_route_and_the_handler(served, examples, desk, services,
+                                                                            method):
+    payer, _ = funded_accounts(examples)
+    body = tools_call("get_account_activity", {"account_id": payer}) if method == "tools/call" else \
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    _wait_all_returned(services)
+    before = _connections_taken(services)
+    response = post(served, "desk", body, examples.token, **LEGACY)
+    assert response.status_code == 200 and "error" not in response.json()
+    assert response.json()["result"].get("isError") is not True
+    _wait_all_returned(services)
+    assert _connections_taken(services) - before == 1
+
+
+def test_requests_that_no_handler_runs_give_their_connection_back(served, examples, desk, services):
+    notification = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    ping = {"jsonrpc": "2.0", "id": 5, "method": "ping"}
+    too_large = tools_call("get_account_activity", {"account_id": "x" * (services.settings.max_body_bytes + 1)})
+    # Each kind more times than the pool has connections: one kept would soon leave none.
+    for _ in range(services.settings.pool_max + 1):
+        assert post(served, "desk", INIT, examples.token).status_code == 200
+        assert post(served, "desk", ping, examples.token, **LEGACY).status_code == 200
+        assert post(served, "desk", notification, examples.token, **LEGACY).status_code == 202
+        assert post(served, "desk", b"{not json", examples.token, **LEGACY).status_code == 400
+        assert post(served, "desk", too_large, examples.token, **LEGACY).status_code == 413
+        assert httpx.delete(url_of(served, "desk"), headers={"Authorization": f"Bearer {examples.token}"}
+                            ).status_code == 405
+    _wait_all_returned(services)
+    payer, _ = funded_accounts(examples)
+    assert post(served, "desk", tools_call("get_account_activity", {"account_id": payer}), examples.token,
+                **LEGACY).json()["result"].get("isError") is not True
+
+
+def test_an_open_get_stream_holds_no_connection(served, examples, desk, services):
+    """A GET is the SDK's stream for server messages, which stays open (a stateless server sends none)."""
+    headers = {"Authorization": f"Bearer {examples.token}", "Accept": "text/event-stream", **LEGACY}
+    with httpx.stream("GET", url_of(served, "desk"), headers=headers, timeout=60):
+        _wait_all_returned(services)
+
+
+def test_the_sdk_s_one_default_middleware_is_opentelemetry_which_the_endpoint_drops(services):
+    """The endpoint replaces `Server.middleware` (the SDK documents dropping its OpenTelemetry middleware to
+    opt out): if a later SDK ships other defaults, they must be looked at before they are dropped too."""
+    from mcp.server import Server
+
+    from ledger.api.mcp import McpEndpoint
+    from ledger.api.mcp.telemetry import Telemetry
+
+    assert [type(m).__name__ for m in Server("probe").middleware] == ["OpenTelemetryMiddleware"]
+    assert [type(m) for m in McpEndpoint(services).server.middleware] == [Telemetry]
 
 
 # ---------------------------------------------------------------------------- telemetry

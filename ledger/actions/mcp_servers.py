@@ -148,11 +148,22 @@ def list_servers(scope: Scope, first: int, after: str | None) -> list[McpServer]
     return [McpServer.from_row(r) for r in rows]
 
 
-def load_server_by_name(scope: Scope, name: str) -> McpServer | None:
+_BY_NAME = f"SELECT {_COLUMNS} FROM mcp_servers WHERE tenant_id = %s AND name = %s AND NOT deleted AND enabled"
+_UNREAD = object()
+
+
+def server_by_name_query(tenant_id: uuid.UUID, name: str) -> tuple[str, tuple]:
+    """The statement load_server_by_name runs, for a caller that sends it ahead (with BEGIN)."""
+    return _BY_NAME, (tenant_id, name)
+
+
+def load_server_by_name(scope: Scope, name: str, *, row: Any = _UNREAD) -> McpServer | None:
     """The enabled server served at `/mcp/<name>`, authorized for SELECT under the scope's chain; None
-    when there is none (deleted and disabled servers included). A denied SELECT raises PermissionDenied."""
-    row = scope.one(f"SELECT {_COLUMNS} FROM mcp_servers WHERE tenant_id = %s AND name = %s"
-                    " AND NOT deleted AND enabled", (scope.tenant_id, name))
+    when there is none (deleted and disabled servers included). A denied SELECT raises PermissionDenied.
+
+    `row` is the result of `server_by_name_query` when the caller has already run it."""
+    if row is _UNREAD:
+        row = scope.one(_BY_NAME, (scope.tenant_id, name))
     if row is None:
         return None
     scope.require("SELECT", SERVER, row)

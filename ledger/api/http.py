@@ -20,13 +20,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from ..auth.clients import client_layer, load_principal, principal_query
 from ..db.retry import retry_lost_races
 from ..errors import LedgerError, Retryable, Unauthenticated
 from ..executions.tree import model_was_called, not_rerun_hint
-from ..policy.chain import Chain
-from ..queue.triggers import TRIGGERS_VERSION_COLUMN, remember_version
-from ..scope import Scope
 from ..services import Services
 from . import documents
 from .context import RequestContext
@@ -35,6 +31,7 @@ from .graphiql import asset_response, graphiql_page
 from .inbox import inbox_response
 from .json_codec import dump_json, load_json
 from .mcp import McpEndpoint
+from .requests import request_transaction
 from .schema import schema
 
 log = logging.getLogger("ledger.http")
@@ -173,16 +170,8 @@ class GraphQLEndpoint:
                       request_state: dict) -> tuple[dict, int]:
         services = self.services
         try:
-            # The client's row is read in the same round trip as BEGIN and the tenant's set_config.
-            with services.db.transaction(claims.tenant_id, deadline=deadline, rollback=dry_run,
-                                         first=principal_query(claims.tenant_id, claims.client_id,
-                                                               also=TRIGGERS_VERSION_COLUMN)) as conn:
-                principal, policies = load_principal(conn, claims.tenant_id, claims.client_id, claims.raw,
-                                                     row=conn.ledger_first)
-                chain = Chain((client_layer(principal, policies),))
-                scope = Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline,
-                              dry_run=dry_run, request_state=request_state)
-                remember_version(scope, conn.ledger_first["triggers_version"])
+            with request_transaction(services, claims, deadline, rollback=dry_run) as request:
+                scope = request.scope(dry_run=dry_run, request_state=request_state)
                 context = RequestContext(scope)
                 try:
                     result = documents.execute(schema, scope, query, variables, operation_name, documents.HTTP,

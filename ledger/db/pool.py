@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import psycopg
@@ -186,13 +186,13 @@ class Database:
         *,
         deadline: float | None = None,
         rollback: bool = False,
-        first: tuple[str, object] | None = None,
+        first: Sequence[tuple[str, object]] = (),
     ) -> Iterator[psycopg.Connection]:
         """One transaction, scoped to a tenant by RLS, bounded by an absolute monotonic deadline.
 
-        BEGIN, the tenant's set_config and `first` (an optional (sql, params): the statement the caller
-        runs first, such as reading its client) go to the server together in one round trip (a pipeline);
-        the row `first` returns is `conn.ledger_first`.
+        BEGIN, the tenant's set_config and `first` (the (sql, params) statements the caller runs first,
+        such as reading its client) go to the server together in one round trip (a pipeline); the first
+        row each of them returns (or None) is in `conn.ledger_first`, in order.
         """
         conn_cm, conn = self._connection(deadline)
         conn.ledger_deadline = deadline  # read by _DeadlineCursor before every statement
@@ -212,8 +212,8 @@ class Database:
                             " set_config('statement_timeout', %s, true)",
                             (str(tenant_id) if tenant_id else "", str(timeout_ms)),
                         )
-                        cursor = conn.execute(*first) if first is not None else None
-                    conn.ledger_first = cursor.fetchone() if cursor is not None else None
+                        cursors = [conn.execute(*statement) for statement in first]
+                    conn.ledger_first = [cursor.fetchone() for cursor in cursors]
                     yield conn
                 except BaseException as exc:
                     if entered:

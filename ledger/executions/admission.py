@@ -94,10 +94,11 @@ def callable_record(scope: Scope, action_id: uuid.UUID, version: int | None, rec
 
 
 def invocable_record(scope: Scope, action_id: uuid.UUID, version: int | None, *,
-                     acting_for_caller: bool = False) -> dict:
+                     acting_for_caller: bool = False, loaded: dict | None = None) -> dict:
     """The version a direct call (invokeAction, startAction) runs: the caller needs SELECT and INVOKE on
-    it when it exists in the tenant, and then it must be callable."""
-    record = load_action(scope, action_id, version)
+    it when it exists in the tenant, and then it must be callable. `loaded`: that version's record, when
+    the caller has already read it in this transaction."""
+    record = loaded if loaded is not None else load_action(scope, action_id, version)
     if record is not None:
         scope.require("SELECT", ACTION, as_document(record))
         scope.require("INVOKE", ACTION, as_document(record))

@@ -41,7 +41,7 @@ def with_fixed_input(supplied: Any, fixed: Any, event_type: str) -> Any:
 def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, version: int | None, input: Any,
                   session_id: uuid.UUID | None, *, layer: Layer | None = None, event_type: str = "action.invoked",
                   mcp_server_id: uuid.UUID | None = None, body: CallBody | None = None,
-                  output_schema: dict | None = None) -> dict:
+                  output_schema: dict | None = None, loaded: dict | None = None) -> dict:
     """`layer`: one more layer between the caller's and the tools' (an MCP server's). It narrows the
     action's SELECT and INVOKE and everything the call does; the caller's own records of the call
     (the execution, the session) stay the caller's to authorize, so a server that allows no writes
@@ -49,13 +49,16 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
 
     `body`: what a native acting for the server's caller (`invoke`, `program`, ...) does; only such
     a call may run one of those natives. `output_schema`: what the body's output is checked against
-    instead of the tool's (a call that proposes answers the planned result, DESIGN 14)."""
+    instead of the tool's (a call that proposes answers the planned result, DESIGN 14).
+
+    `loaded`: the action's record at `version` (`load_action`), when the caller has already read it in
+    this transaction (an MCP server resolves it to list the tool): it is not read again."""
     require_storable_input(input)
     tree: CallTree | None = scope.request_state.get(TREE_KEY)
     if tree is not None:
         # A nested invokeAction through graphql(): admitted (re-entry, depth, count) before anything else,
         # so that a refused call neither waits on the executionId's lock nor answers as a repeat.
-        record = load_action(scope, action_id, version)
+        record = loaded if loaded is not None else load_action(scope, action_id, version)
         if record is not None:
             admission.admit(tree, record, record["name"])
     lock_execution_id(scope, execution_id)
@@ -69,7 +72,8 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
         if earlier is not None:
             return _repeat_within_tree(scope, earlier, action_id, version, input)
     call_scope = scope if layer is None else replace(scope, chain=scope.chain.extended(layer))
-    record = admission.invocable_record(call_scope, action_id, version, acting_for_caller=body is not None)
+    record = admission.invocable_record(call_scope, action_id, version, acting_for_caller=body is not None,
+                                        loaded=loaded)
     if output_schema is not None:
         record = {**record, "tool": {**record["tool"], "outputSchema": output_schema}}
     session = None

@@ -3,11 +3,16 @@ the server on a lost race like a GraphQL request (DESIGN 3 and 12).
 
 A JSON-RPC error and a call refused before it ran roll the transaction back; a call that ran commits
 its record, FAILED included. A preview (`_meta["ledger/preview"]: true`) runs and rolls back.
+
+The first attempt runs in the transaction the route opened (it read the client and the record there);
+a retry opens a new one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,6 +33,7 @@ from ...queue.triggers import TRIGGERS_VERSION_COLUMN, remember_version
 from ...scope import Scope
 from ...services import Services
 from ...db.retry import retry_lost_races
+from ..requests import HeldTransaction
 from .natives import native_body, proposal_body
 from .tools import (EXECUTION_ID, PREVIEW, SESSION_ID, ListedTool, describe, failed, iter_listed_tools, listed_tools,
                     succeeded)
@@ -45,15 +51,18 @@ class Caller:
     policies: list[dict]
     server: McpServer
     deadline: float
+    # The request's transaction, in which the route read the client and the server: the first attempt's.
+    opened: HeldTransaction
 
     def client_layer(self) -> Layer:
         return client_layer(self.principal, self.policies)
 
 
-class _Refused(Exception):
-    """Leaves the transaction (rolling it back) with a call the ledger refused before running it."""
+class _RollBack(Exception):
+    """Leaves the transaction (rolling it back) with an answer: a listing, a preview, or a call the ledger
+    refused before running it."""
 
-    def __init__(self, result: types.CallToolResult) -> None:
+    def __init__(self, result: Any) -> None:
         self.result = result
 
 
@@ -61,15 +70,26 @@ class McpCalls:
     def __init__(self, services: Services) -> None:
         self.services = services
 
-    def _transaction(self, caller: Caller, *, rollback: bool):
-        # The tenant's trigger version goes with BEGIN (no round trip of its own), for the events a call raises.
-        return self.services.db.transaction(caller.principal.tenant_id, deadline=caller.deadline, rollback=rollback,
-                                            first=(f"SELECT {TRIGGERS_VERSION_COLUMN}", None))
+    @contextlib.contextmanager
+    def _transaction(self, caller: Caller) -> Iterator[tuple[Any, int | None]]:
+        """An attempt's transaction and its tenant's trigger version (for the events a call raises, read
+        with BEGIN): the route's for the first attempt, a new one for a retry. It commits unless the block
+        raises (`_RollBack` included)."""
+        opened = caller.opened.take()
+        if opened is not None:
+            with opened.use() as request:
+                yield request.conn, request.triggers_version
+        else:
+            with self.services.db.transaction(caller.principal.tenant_id, deadline=caller.deadline,
+                                              first=[(f"SELECT {TRIGGERS_VERSION_COLUMN}", None)]) as conn:
+                yield conn, conn.ledger_first[0]["triggers_version"]
 
-    def _scope(self, conn, caller: Caller, *, dry_run: bool = False) -> Scope:
+    def _scope(self, conn, caller: Caller, triggers_version: int | None, *, dry_run: bool = False,
+               request_state: dict | None = None) -> Scope:
         scope = Scope(conn=conn, principal=caller.principal, chain=Chain((caller.client_layer(),)),
-                      services=self.services, deadline=caller.deadline, dry_run=dry_run)
-        remember_version(scope, conn.ledger_first["triggers_version"])
+                      services=self.services, deadline=caller.deadline, dry_run=dry_run,
+                      request_state={} if request_state is None else request_state)
+        remember_version(scope, triggers_version)
         return scope
 
     # ------------------------------------------------------------------ tools/list
@@ -78,10 +98,13 @@ class McpCalls:
         client, server = caller.client_layer(), server_layer(caller.server)
 
         def once() -> list[types.Tool]:
-            with self._transaction(caller, rollback=True) as conn:
-                scope = self._scope(conn, caller)
-                listing = replace(scope, chain=scope.chain.extended(server))
-                return [describe(tool, client, server) for tool in listed_tools(listing, caller.server)]
+            try:
+                with self._transaction(caller) as (conn, triggers_version):
+                    scope = self._scope(conn, caller, triggers_version)
+                    listing = replace(scope, chain=scope.chain.extended(server))
+                    raise _RollBack([describe(tool, client, server) for tool in listed_tools(listing, caller.server)])
+            except _RollBack as read:
+                return read.result
 
         try:
             return types.ListToolsResult(tools=retry_lost_races(once, retries=self.services.settings.race_retries,
@@ -108,11 +131,15 @@ class McpCalls:
         def once() -> types.CallToolResult:
             attempts.append({})  # the attempt's request_state: whether it called a model
             try:
-                with self._transaction(caller, rollback=preview) as conn:
-                    scope = replace(self._scope(conn, caller, dry_run=preview), request_state=attempts[-1])
-                    return self._call_once(scope, caller, params, execution_id, session_id, answer_meta)
-            except _Refused as refused:
-                return refused.result
+                with self._transaction(caller) as (conn, triggers_version):
+                    # The attempt's request_state, so that it also holds the trigger version read with BEGIN.
+                    scope = self._scope(conn, caller, triggers_version, dry_run=preview, request_state=attempts[-1])
+                    result = self._call_once(scope, caller, params, execution_id, session_id, answer_meta)
+                    if preview:
+                        raise _RollBack(result)
+                    return result
+            except _RollBack as rolled_back:
+                return rolled_back.result
 
         try:
             # A call that reached a model (an agent) is never run again (DESIGN 13).
@@ -143,11 +170,11 @@ class McpCalls:
                                    else (native_body(tool, caller.server), None))
             record = invoke_action(scope, tool.record["action_id"], execution_id, tool.pinned_version, input,
                                    session_id, layer=server, event_type=EVENT_TYPE, mcp_server_id=caller.server.id,
-                                   body=body, output_schema=output_schema)
+                                   body=body, output_schema=output_schema, loaded=tool.record)
         except Retryable:
             raise
         except LedgerError as refused:
-            raise _Refused(failed(refused.code, refused.message, refused.hint, meta)) from None
+            raise _RollBack(failed(refused.code, refused.message, refused.hint, meta)) from None
         return _result(scope, tool, record, meta)
 
 
@@ -163,7 +190,7 @@ def _result(scope: Scope, tool: ListedTool, record: dict, meta: dict) -> types.C
         error = latest.get("error") or {"code": "action_failure", "message": "the call failed"}
         return failed(error["code"], error["message"], error.get("hint"), meta)
     # A repeat of an executionId that a started execution holds and that has not finished.
-    raise _Refused(failed("execution_id_conflict",
+    raise _RollBack(failed("execution_id_conflict",
                           f"executionId {record['execution_id']} belongs to an execution that is "
                           f"{record['status']}, not to a call made here",
                           "use a new executionId for a new call", meta))

@@ -2,10 +2,12 @@
 
 One low-level `Server` serves every record: its handlers read the resolved record and the caller from
 the request the route handed on (`ctx.request.scope`). One stateless session manager, answering JSON,
-runs in the app's lifespan. The route authenticates the bearer token as `/graphql` does, resolves the
-record by name (404 when it is missing, disabled or deleted) and hands the request to the session
-manager, which owns everything JSON-RPC: parsing, the protocol version, body limits and transport
-security. No JSON-RPC is written here.
+runs in the app's lifespan. The route authenticates the bearer token as `/graphql` does, reads the body
+(at most the limit, before it takes a database connection), opens the request's transaction with the
+client's and the record's rows in its first round trip, answers 401 or 404 itself (the record missing,
+disabled or deleted), and hands the request to the session manager, which owns everything JSON-RPC:
+parsing, the protocol version, body limits and transport security. The handler's first attempt runs in
+that transaction; a request that no handler takes rolls it back. No JSON-RPC is written here.
 """
 
 from __future__ import annotations
@@ -16,22 +18,21 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
-from starlette.types import Receive, Scope as AsgiScope, Send
+from starlette.types import Message, Receive, Scope as AsgiScope, Send
 
-from ...actions.mcp_servers import load_server_by_name
-from ...auth.clients import client_layer, load_principal, principal_query
+from ...actions.mcp_servers import load_server_by_name, server_by_name_query
 from ...config import Settings
 from ...errors import LedgerError, PermissionDenied, Retryable, Unauthenticated
-from ...policy.chain import Chain
-from ...scope import Scope
 from ...services import Services
 from ..json_codec import dump_json
+from ..requests import HeldTransaction
 from .calls import Caller, McpCalls
 from .telemetry import CALLER_KEY, OBSERVED_KEY, Telemetry, observe_refusal
 
@@ -64,7 +65,10 @@ class McpEndpoint:
             # call a second listing transaction.
             get_tool_input_schema=lambda name: None,
         )
-        self.server.middleware.append(Telemetry())
+        # The SDK's one default middleware opens an OpenTelemetry span per message; the ledger exports no
+        # spans (its Telemetry measures and logs each request), so it is dropped as the SDK documents
+        # ("Drop it from this list to opt out"); tests/test_mcp_endpoint.py fails if the defaults change.
+        self.server.middleware[:] = [Telemetry()]
         self._sessions: StreamableHTTPSessionManager | None = None
 
     @contextlib.asynccontextmanager
@@ -86,18 +90,37 @@ class McpEndpoint:
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         name = scope.get("path_params", {}).get("name", "")
+        # The body first: a client slow to send it holds no database connection meanwhile.
+        received, over_limit = await _read_body(receive, self.services.settings.max_body_bytes)
+        if received[-1]["type"] == "http.disconnect":
+            return  # the client left: nobody to answer
         try:
             caller = await self._resolve(scope, name)
         except _Refusal as refusal:
             observe_refusal(refusal.outcome, started, server_name=name, status=refusal.status)
             await _refusal_response(refusal)(scope, receive, send)
             return
+        try:
+            await self._hand_on(scope, _replay(received, receive), send, caller, name, started, over_limit)
+        finally:
+            if caller.opened.held:
+                # No handler took the transaction (initialize, ping, a request the SDK refused): roll it back,
+                # even when the request was cancelled.
+                with anyio.CancelScope(shield=True):
+                    await run_in_threadpool(caller.opened.discard)
+
+    async def _hand_on(self, scope: AsgiScope, receive: Receive, send: Send, caller: Caller, name: str,
+                       started: float, over_limit: bool) -> None:
         sessions = self._sessions
         if sessions is None:
             observe_refusal("not_running", started, server_name=name, status=503)
             await _refusal_response(_Refusal(503, "unavailable", "the MCP endpoint is not running",
                                              "retry shortly: the server is starting or stopping"))(scope, receive, send)
             return
+        if over_limit or scope.get("method") != "POST":
+            # No handler will run: the SDK refuses the body, or answers the method itself (a GET is a stream
+            # that stays open), so the connection goes back now.
+            await run_in_threadpool(caller.opened.discard)
         scope[CALLER_KEY] = caller
         status = 0
 
@@ -125,7 +148,7 @@ class McpEndpoint:
             raise _Refusal(401, exc.code, exc.message, exc.hint) from None
         deadline = time.monotonic() + self.services.settings.request_timeout
         try:
-            return await run_in_threadpool(self._load, claims, name, deadline)
+            return await run_in_threadpool(self._open, claims, name, deadline)
         except Unauthenticated as exc:
             raise _Refusal(401, exc.code, exc.message, exc.hint) from None
         except PermissionDenied as exc:
@@ -135,23 +158,26 @@ class McpEndpoint:
         except LedgerError as exc:
             raise _Refusal(400, exc.code, exc.message, exc.hint) from None
 
-    def _load(self, claims: Any, name: str, deadline: float) -> Caller:
-        services = self.services
-        with services.db.transaction(claims.tenant_id, deadline=deadline, rollback=True,
-                                     first=principal_query(claims.tenant_id, claims.client_id)) as conn:
-            principal, policies = load_principal(conn, claims.tenant_id, claims.client_id, claims.raw,
-                                                 row=conn.ledger_first)
-            scope = Scope(conn=conn, principal=principal, chain=Chain((client_layer(principal, policies),)),
-                          services=services, deadline=deadline)
-            server = load_server_by_name(scope, name)
-        if claims.mcp_server is not None and (server is None or server.id != claims.mcp_server):
-            # Before the 404: a confined token learns nothing about the tenant's other servers.
-            raise Unauthenticated(f"this token is confined to MCP server {claims.mcp_server}",
-                                  hint="use it only at that server's /mcp/<name> endpoint")
-        if server is None:
-            raise _Refusal(404, "not_found", f"no MCP server {name!r} is served here",
-                           "check the name (mcpServers lists the servers); a disabled or deleted server is not served")
-        return Caller(principal, policies, server, deadline)
+    def _open(self, claims: Any, name: str, deadline: float) -> Caller:
+        """The caller and the record, read in the request's transaction (BEGIN, the client's row and the
+        record's row in one round trip), which stays open for the handler."""
+        held = HeldTransaction.open(self.services, claims, deadline,
+                                    also=[server_by_name_query(claims.tenant_id, name)])
+        try:
+            request = held.transaction
+            server = load_server_by_name(request.scope(), name, row=request.rows[0])
+            if claims.mcp_server is not None and (server is None or server.id != claims.mcp_server):
+                # Before the 404: a confined token learns nothing about the tenant's other servers.
+                raise Unauthenticated(f"this token is confined to MCP server {claims.mcp_server}",
+                                      hint="use it only at that server's /mcp/<name> endpoint")
+            if server is None:
+                raise _Refusal(404, "not_found", f"no MCP server {name!r} is served here",
+                               "check the name (mcpServers lists the servers); a disabled or deleted server is "
+                               "not served")
+        except BaseException:
+            held.discard()
+            raise
+        return Caller(request.principal, request.policies, server, deadline, held)
 
     # ------------------------------------------------------------------ the handlers
 
@@ -166,6 +192,35 @@ class McpEndpoint:
 
 def _caller(ctx: ServerRequestContext[Any, Any]) -> Caller:
     return ctx.request.scope[CALLER_KEY]
+
+
+async def _read_body(receive: Receive, limit: int) -> tuple[list[Message], bool]:
+    """The request's messages up to the end of its body, or up to the first past `limit` bytes (then
+    True: the SDK, reading on, refuses the body with its own error)."""
+    messages: list[Message] = []
+    size = 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            return messages, False
+        size += len(message.get("body", b""))
+        if size > limit:
+            return messages, True
+        if not message.get("more_body", False):
+            return messages, False
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """`receive` for the SDK: the messages the route read, then the rest of the request."""
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed
 
 
 class _Refusal(Exception):
