@@ -86,6 +86,25 @@ def services(settings, db_url):
     svc.close()
 
 
+@pytest.fixture
+def worker(services):
+    """A queue worker in this process, polling often and leasing briefly, so that a test sees runs finish."""
+    from ledger.queue.worker import Worker
+
+    running = Worker(services, concurrency=2, lease_seconds=2.0, poll_interval=0.1).start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def model_server():
+    """A local HTTP server speaking the openai and anthropic wire formats (tests/model_server.py)."""
+    from model_server import ModelServer
+
+    with ModelServer() as server:
+        yield server
+
+
 @dataclass
 class Api:
     """A client of one tenant, speaking GraphQL over the ASGI app."""

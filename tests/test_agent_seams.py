@@ -14,7 +14,6 @@ from agent_helpers import agent, agent_settings, call, execution, money_tools, n
 from helpers import balance, create_account, funded_account, transfer
 from invoke_helpers import INVOKE, invoke, publish, tool
 from mcp_helpers import EVERYTHING, call_tool, create_server, list_tools, running_server
-from model_server import ModelServer
 from planned_helpers import new_client, plan_of
 from test_planned_agents import propose_a_move
 from trigger_helpers import REVIEW, create_trigger, wait_for_runs
@@ -25,27 +24,12 @@ CLASSIFY_OUTPUT = {"type": "object", "required": ["category"], "additionalProper
 
 
 @pytest.fixture
-def model_server():
-    with ModelServer() as server:
-        yield server
-
-
-@pytest.fixture
 def settings(db_url, tmp_path, model_server):
     settings = agent_settings(db_url, tmp_path, model_server.url, agent_calls_per_tenant=1,
                               max_payload_bytes=PAYLOAD_BOUND, mcp_allowed_hosts="127.0.0.1:*")
     with settings.models_file.open("a") as models:
         models.write(f'\n[claude]\ntype = "anthropic"\nbase_url = "{model_server.url}"\n')
     return settings
-
-
-@pytest.fixture
-def worker(services):
-    from ledger.queue.worker import Worker
-
-    w = Worker(services, concurrency=2, lease_seconds=2.0, poll_interval=0.1).start()
-    yield w
-    w.stop()
 
 
 def chat(content: str) -> dict:

@@ -14,31 +14,15 @@ from agent_helpers import agent, agent_settings, call, execution, money_tools, n
 from helpers import balance, create_account, funded_account, transfer
 from invoke_helpers import INVOKE, invoke, publish, tool
 from mcp_helpers import EVERYTHING, call_tool, create_client, create_server, list_tools, running_server
-from model_server import ModelServer
 from test_queue import start, wait_for
 
 PAYLOAD_BOUND = 64 * 1024
 
 
 @pytest.fixture
-def model_server():
-    with ModelServer() as server:
-        yield server
-
-
-@pytest.fixture
 def settings(db_url, tmp_path, model_server):
     return agent_settings(db_url, tmp_path, model_server.url, agent_calls_per_tenant=1,
                           max_payload_bytes=PAYLOAD_BOUND, mcp_allowed_hosts="127.0.0.1:*")
-
-
-@pytest.fixture
-def worker(services):
-    from ledger.queue.worker import Worker
-
-    w = Worker(services, concurrency=2, lease_seconds=2.0, poll_interval=0.1).start()
-    yield w
-    w.stop()
 
 
 def chat(message: dict, finish_reason: str = "stop") -> dict:

@@ -13,18 +13,11 @@ from agent_helpers import (MODEL, agent, agent_settings, call, execution, money_
                            tool_results, user_texts)
 from helpers import balance, create_account, funded_account
 from invoke_helpers import INVOKE, invoke, publish, tool
-from model_server import ModelServer
 
 from ledger.actions.natives import MODEL_CALL_ID, READ_RESULT_ID
 from ledger.models import AssistantMessage, ToolSpec, UserMessage
 
 USAGE = {"input_tokens": 100, "output_tokens": 10}
-
-
-@pytest.fixture
-def model_server():
-    with ModelServer() as server:
-        yield server
 
 
 @pytest.fixture

@@ -31,15 +31,6 @@ def chromium() -> str:
     return executable
 
 
-@pytest.fixture
-def worker(services):
-    from ledger.queue.worker import Worker
-
-    w = Worker(services, concurrency=2, lease_seconds=2.0, poll_interval=0.2).start()
-    yield w
-    w.stop()
-
-
 def test_the_inbox_shows_a_plan_as_text_and_a_click_on_confirm_confirms_it(served, examples, worker, chromium,
                                                                            tmp_path):
     payer, payee = funded_accounts(examples)

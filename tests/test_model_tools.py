@@ -11,7 +11,6 @@ import uuid
 import pytest
 
 from invoke_helpers import ALL_ACCESS, publish, tool
-from model_server import ModelServer
 from registry_helpers import create, create_error, problems
 from test_queue import start, wait_for, worker  # noqa: F401 - the worker fixture
 
@@ -30,12 +29,6 @@ INVOKE = """mutation($id: UUID!, $input: InvokeActionInput!) { actions { invokeA
   executionId status invocation { output error { code message hint } usage }
   children { executionId status callSequence depth actionId
              invocation { input output error { code message hint } } } } } }"""
-
-
-@pytest.fixture
-def model_server():
-    with ModelServer() as server:
-        yield server
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import pytest
 from agent_helpers import agent, agent_settings, call, execution, money_tools, new_id, script, seen, tool_results
 from helpers import balance, create_account, funded_account
 from invoke_helpers import invoke, publish, tool
-from model_server import ModelServer
 from planned_helpers import CONFIRM, confirm, new_client, plan_of, reject
 from mcp_helpers import EVERYTHING
 from test_queue import wait_for
@@ -18,23 +17,8 @@ from trigger_helpers import REVIEW, create_trigger, runs
 
 
 @pytest.fixture
-def model_server():
-    with ModelServer() as server:
-        yield server
-
-
-@pytest.fixture
 def settings(db_url, tmp_path, model_server):
     return agent_settings(db_url, tmp_path, model_server.url)
-
-
-@pytest.fixture
-def worker(services):
-    from ledger.queue.worker import Worker
-
-    w = Worker(services, concurrency=2, lease_seconds=2.0, poll_interval=0.1).start()
-    yield w
-    w.stop()
 
 
 def propose_a_move(api, services, amount: int):

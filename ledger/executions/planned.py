@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
 
-import psycopg
-
 from ..runtime import CallFailure
 from ..scope import Scope
 from . import admission
-from .tree import CallTree
 from .plan_records import insert_plan
+from .previews import rolled_back
 from .records import PendingExecution
+from .tree import CallTree
 
 PLANNED_RESULT_SCHEMA: dict = {
     "type": "object",
@@ -107,22 +106,8 @@ def _preview(scope: Scope, tree: CallTree, proposal: PendingExecution, target: d
         admission.count_call(tree)
     except admission.CallRefused as refused:
         raise CallFailure(refused.code, refused.message, refused.hint) from None
-    first = len(tree.pending)
-    with scope.savepoint():
-        call = run_call(scope, tree, target, proposal.input,
-                        execution_id=scope.services.execution_ids.child(proposal.execution_id, proposal.attempt, 1),
-                        parent_execution_id=proposal.execution_id, root_execution_id=proposal.root_execution_id,
-                        call_sequence=1, depth=proposal.depth + 1, deadline=deadline,
-                        parent_attempt=proposal.attempt)
-        raise psycopg.Rollback()
-    made = tree.pending[first:]
-    for kept in made:
-        kept.rolled_back = True
-    preview: dict[str, Any] = {"status": call.status}
-    if call.status == "SUCCEEDED":
-        preview["output"] = call.output
-    else:
-        preview["error"] = call.error
-    preview["children"] = [{"actionId": str(p.action_id), "status": p.status} for p in made
-                           if p.parent_execution_id == call.execution_id]
-    return preview
+    return rolled_back(scope, tree, partial(
+        run_call, scope, tree, target, proposal.input,
+        execution_id=scope.services.execution_ids.child(proposal.execution_id, proposal.attempt, 1),
+        parent_execution_id=proposal.execution_id, root_execution_id=proposal.root_execution_id,
+        call_sequence=1, depth=proposal.depth + 1, deadline=deadline, parent_attempt=proposal.attempt))

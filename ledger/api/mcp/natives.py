@@ -29,6 +29,7 @@ from ...executions.host import ToolHost
 from ...executions.invoke import with_fixed_input
 from ...executions.plan_records import PLAN, load_plan
 from ...executions.planned import Proposer, propose
+from ...executions.previews import rolled_back
 from ...executions.records import EXECUTION, PendingExecution, execution_document, invocations_of, load_execution
 from ...queue.start import cancel_execution, start_action
 from ...runtime import CallFailure, Program
@@ -108,7 +109,6 @@ def _invoke(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: f
         admission.count_call(tree)
     except admission.CallRefused as refused:
         raise CallFailure(refused.code, refused.message, refused.hint) from None
-    first = len(tree.pending)
     call = partial(run_call, scope, tree, record, input, execution_id=child_id,
                    parent_execution_id=pending.execution_id, root_execution_id=pending.root_execution_id,
                    call_sequence=1, depth=pending.depth + 1, deadline=deadline, parent_attempt=pending.attempt)
@@ -117,20 +117,7 @@ def _invoke(scope: Scope, tree: CallTree, pending: PendingExecution, deadline: f
         if child.status != "SUCCEEDED":
             raise CallFailure(child.error["code"], child.error["message"], child.error.get("hint"))
         return child.output
-    with scope.savepoint():
-        child = call()
-        raise psycopg.Rollback()
-    made = tree.pending[first:]
-    for kept in made:
-        kept.rolled_back = True
-    answer: dict[str, Any] = {"status": child.status}
-    if child.status == "SUCCEEDED":
-        answer["output"] = child.output
-    else:
-        answer["error"] = child.error
-    answer["children"] = [{"actionId": str(p.action_id), "status": p.status} for p in made
-                          if p.parent_execution_id == child.execution_id]
-    return answer
+    return rolled_back(scope, tree, call)
 
 
 def _proposed(scope: Scope, tree: CallTree, pending: PendingExecution, record: dict, reference: dict, input: Any,
