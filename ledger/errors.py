@@ -46,6 +46,13 @@ class NotFound(LedgerError):
     code = "not_found"
 
 
+class StartNotAllowed(LedgerError):
+    """A start, a trigger or a plan's decision asked for where none may be made: from inside an execution
+    (standing authority is a client's, never a program's or an agent's), or of a session tool."""
+
+    code = "start_not_allowed"
+
+
 class InvalidInput(LedgerError):
     code = "invalid_input"
 

@@ -21,7 +21,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ..db.paging import page_visible
-from ..errors import LedgerError, NotFound, PermissionDenied
+from ..errors import LedgerError, NotFound, PermissionDenied, StartNotAllowed
 from ..policy.cel import CelError, CompiledCondition, compile_condition, compile_expression_check, evaluate_expression
 from ..scope import Scope
 from ..values import value_problem
@@ -57,10 +57,6 @@ _COLUMNS = ("tenant_id, id, name, event, condition, action_id, action_version, i
 class TriggerDefinitionInvalid(DefinitionInvalid):
     code = "trigger_definition_invalid"
     what = "trigger definition"
-
-
-class TriggerWriteNotAllowed(LedgerError):
-    code = "start_not_allowed"
 
 
 class TriggerExists(LedgerError):
@@ -245,7 +241,7 @@ def enabled_triggers(scope: Scope) -> list[Trigger]:
 
 def _refuse_inside_an_execution(scope: Scope) -> None:
     if scope.frames:
-        raise TriggerWriteNotAllowed(
+        raise StartNotAllowed(
             "a trigger cannot be written from inside an execution",
             hint="triggers are standing authority: a client writes them directly, never a program or an agent")
 

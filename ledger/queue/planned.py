@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from ..errors import InvalidInput, LedgerError, NotFound, PlannedActionDecided
+from ..errors import InvalidInput, LedgerError, NotFound, PlannedActionDecided, StartNotAllowed
 from ..executions.admission import invocable_record
 from ..executions.engine import CallTree, run_call
 from ..executions.plan_chain import RunRefused, confirmed_scope
@@ -25,7 +25,7 @@ from ..executions.records import require_new_execution
 from ..policy.chain import Chain
 from ..policy.principal import Principal
 from ..scope import Scope
-from .start import StartNotAllowed, start_action
+from .start import start_action
 
 log = logging.getLogger("ledger.planned")
 

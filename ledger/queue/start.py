@@ -11,7 +11,7 @@ from psycopg.types.json import Jsonb
 
 from ..actions.lifecycle import settle_pending_lifecycle
 from ..actions.schemas import first_error
-from ..errors import LedgerError, NotFound, Retryable
+from ..errors import LedgerError, NotFound, Retryable, StartNotAllowed
 from ..executions.admission import invocable_record
 from ..executions.invoke import ExecutionIdConflict
 from ..executions.records import (EXECUTION, EXECUTION_COLUMNS, execution_document, load_execution,
@@ -20,10 +20,6 @@ from ..values import require_storable_input, same_json, value_problem
 from ..scope import Scope
 
 QUEUE_CHANNEL = "ledger_queue"
-
-
-class StartNotAllowed(LedgerError):
-    code = "start_not_allowed"
 
 
 class ActionInputInvalid(LedgerError):
