@@ -21,7 +21,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from .env import PGBENCH_DB, ROOT, Cluster, DurableCommits, Process, Statements, free_port
+from .env import PGBENCH_DB, ROOT, Cluster, DurableCommits, Process, Statements, cpu_seconds, free_port
 
 NPM_DIR = ROOT / ".cache" / "bench-npm"
 NPM_PACKAGES = ("postgraphile@4", "graphile-worker@0.17.3")
@@ -145,6 +145,10 @@ class PostGraphile:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/graphql"
+
+    def cpu(self) -> float:
+        """CPU seconds of the Node process so far."""
+        return cpu_seconds([self.process.pid])
 
     def body(self, tenant_id, account_id) -> str:
         return json.dumps({"query": self.QUERY, "variables": {"t": str(tenant_id), "id": account_id}})

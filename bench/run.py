@@ -154,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
                     "body": postgraphile.body(tenant_id, fx.accounts[0])}
             loadgen.run(spec, 4, warmup or 1, loadgen=args.loadgen)
             stats.reset()
+            cpu = postgraphile.cpu()
             out = loadgen.run(spec, 4, args.seconds, loadgen=args.loadgen)
+            cpu = postgraphile.cpu() - cpu
             out["statements_per_call"] = round(stats.count(peers.POSTGRAPHILE_ROLE) / out["requests"], 1)
+            out["server_cpu_ms_per_call"] = round(cpu * 1000 / out["requests"], 2) if out["requests"] else None
             return out
 
         def postgraphile_transfer(first: bool):
@@ -166,13 +169,17 @@ def main(argv: list[str] | None = None) -> int:
             count_sql = "SELECT count(*) FROM transfers WHERE tenant_id = %s"
             before = workloads._count_rows(ledger_url, count_sql, (tenant_id,))
             stats.reset()
+            cpu = postgraphile.cpu()
             out = loadgen.run(spec, 4, paired_seconds, loadgen=args.loadgen)
+            cpu = postgraphile.cpu() - cpu
             transfers = workloads._count_rows(ledger_url, count_sql, (tenant_id,)) - before
+            out["server_cpu_ms_per_call"] = round(cpu * 1000 / transfers, 2) if transfers else None
             out["transfers"] = transfers
             out["calls_per_s"] = round(transfers / out["seconds"], 1) if out["seconds"] else 0.0
             # pg_stat_statements tracks all: the function's own statements are counted besides its call.
             out["statements_per_call"] = (round(stats.count(peers.POSTGRAPHILE_ROLE) / transfers, 1)
                                           if transfers else None)
+            out["top_statements"] = stats.top(peers.POSTGRAPHILE_ROLE)
             if out["errors"]:
                 raise RuntimeError(f"PostGraphile's transfer answered {out['errors']} errors")
             return out

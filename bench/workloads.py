@@ -279,12 +279,15 @@ def agent_turn(server: Server, fx: Fixtures, script: Path, *, repeats: int = 5) 
         {"tool_calls": [check]}, {"tool_calls": [check]}, {"text": "done"}]}))
     client = Client(server.url, fx.token)
     try:
-        client.data(CREATE_TOOL, {"id": AGENT_ID, "input": {
+        created = client.post(CREATE_TOOL, {"id": AGENT_ID, "input": {
             "name": "bench_agent", "kind": "agent", "description": "bench: agent",
             "config": {"model": {"provider": "bench", "name": "scripted"}, "instructions": "Read the balance."},
             "tool": {"name": "bench_agent", "description": "bench: agent", "inputSchema": {"type": "object"}},
             "tools": [{"name": "bench_balance"}],
             "policies": [{"effect": "ALLOW", "actions": ["SELECT", "INVOKE"], "resources": ["financial.*"]}]}})
+        # Already there when a --baseline revision's turn ran first in this run: the same definition.
+        if any((e.get("extensions") or {}).get("code") != "already_exists" for e in created.get("errors") or ()):
+            raise RuntimeError(f"the agent could not be created: {created['errors']}")
         turns, direct = [], []
         for i in range(repeats + 1):
             started = time.perf_counter()
