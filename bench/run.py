@@ -1,7 +1,8 @@
 """`make bench`: the ledger side by side with pgbench, PostGraphile 4 and graphile-worker, in one run,
 on one throwaway PostgreSQL cluster with default durability (fsync and synchronous_commit on).
 
-    python -m bench.run [--seconds 10] [--smoke] [--peers all|pgbench|none] [--no-readme]
+    python -m bench.run [--seconds 10] [--rounds 3] [--paired-rounds N --paired-seconds S] [--smoke]
+                        [--peers all|pgbench|none] [--only money,triggers,...] [--baseline REV] [--no-readme]
 
 `--smoke` is the quick run `make test` does (each ledger workload for about a second, no anchors), so
 that the harness cannot rot. Results go to bench/results.json and bench/results.md, and (unless
