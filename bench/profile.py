@@ -52,7 +52,7 @@ def _summarize(collapsed: Path, top: int, focus: str | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile")
     parser.add_argument("workload", choices=("read", "money", "tree", "tool-graphql", "tool-mcp",
-                                                "tool-mcp-2025-11-25"))
+                                            "tool-mcp-2025-11-25"))
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--top", type=int, default=45)
     parser.add_argument("--focus", help="only stacks through a frame containing this text")
