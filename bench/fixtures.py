@@ -98,6 +98,7 @@ class Fixtures:
     noop_tool: str
     balance_tool: str
     mcp_path: str  # where the bench's MCP server, listing the balance tool, is served
+    euro_account: str  # an account in another currency, for the checks of the peers' transfer
 
 
 def _tool(client: Client, name: str, src: str, properties: dict, policies: list[dict]) -> str:
@@ -192,6 +193,9 @@ def populate(database_url: str, url: str, tenant_id, client_id, token: str, secr
         opening = str(uuid.uuid4())
         client.data("mutation($id: UUID!) { financial { createAccount(id: $id, input: {name: \"opening\","
                     " currency: \"USD\", allowOverdraft: true}) { id } } }", {"id": opening})
+        euro = str(uuid.uuid4())
+        client.data("mutation($id: UUID!) { financial { createAccount(id: $id, input: {name: \"bench EUR\","
+                    " currency: \"EUR\"}) { id } } }", {"id": euro})
         ids = [str(uuid.uuid4()) for _ in range(accounts)]
         for start in range(0, accounts, 50):
             chunk = ids[start:start + 50]
@@ -225,4 +229,4 @@ def populate(database_url: str, url: str, tenant_id, client_id, token: str, secr
     finally:
         client.close()
     return Fixtures(database_url, tenant_id, client_id, token, secret, ids, transfer, reads, noop, balance,
-                    mcp_path)
+                    mcp_path, euro)

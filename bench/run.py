@@ -372,8 +372,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def check_postgraphile(started: peers.PostGraphile, fx) -> None:
-    """Before PostGraphile is measured: it reads the account and moves money under the ledger's RLS, and
-    another tenant's token can do neither."""
+    """Before PostGraphile is measured: it reads the account and moves money under the ledger's RLS;
+    another tenant's token can do neither, and an overdraft or a transfer across currencies moves nothing."""
     from ledger.auth.tokens import TokenService
 
     check = started.read(fx.token, fx.tenant_id, fx.accounts[0])
@@ -406,6 +406,9 @@ def check_postgraphile(started: peers.PostGraphile, fx) -> None:
     too_much = started.transfer(fx.token, peers.new_uuid(), source, target, after[0] + 1)
     if not too_much.get("errors") or balances() != after:
         raise RuntimeError(f"PostGraphile's transfer overdrew an account: {too_much}")
+    to_euros = started.transfer(fx.token, peers.new_uuid(), source, fx.euro_account, 1)
+    if not to_euros.get("errors") or balances() != after:
+        raise RuntimeError(f"PostGraphile's transfer moved dollars into a euro account: {to_euros}")
 
 
 def _policy_at(code_root: Path, n: int) -> dict:
