@@ -60,16 +60,24 @@ DELETE_TRIGGER = "mutation($id: UUID!) { triggers { deleteTrigger(id: $id) { id 
 OTHER_EVENTS = ("financial.Account.inserted", "financial.PlannedAction.inserted", "financial.PlannedAction.updated")
 
 
-def add_triggers(url: str, token: str, action_id: str, count: int) -> list[str]:
-    """`count` enabled triggers, with conditions, on events the money-moving call does not raise."""
+# The queue row's trigger on execution status changes (DESIGN section 15): its condition is evaluated on
+# every status change of every execution and is never true (a true one would start a run per run).
+STATUS_EVENTS = ("financial.ActionExecution.updated",)
+STATUS_CONDITION = 'event.record.status == "CANCELLED" && event.record.id == ""'
+
+
+def add_triggers(url: str, token: str, action_id: str, count: int, events: tuple[str, ...] = OTHER_EVENTS,
+                 condition: str | None = None, name: str = "bench_other") -> list[str]:
+    """`count` enabled triggers, with conditions, on `events` (by default events the money-moving call does
+    not raise)."""
     client = Client(url, token)
     ids = []
     try:
         for i in range(count):
             trigger_id = str(uuid.uuid4())
             client.data(CREATE_TRIGGER, {"id": trigger_id, "input": {
-                "name": f"bench_other_{i}", "event": OTHER_EVENTS[i % len(OTHER_EVENTS)], "actionId": action_id,
-                "condition": f'event.record.id != "" && {i} >= 0'}})
+                "name": f"{name}_{i}", "event": events[i % len(events)], "actionId": action_id,
+                "condition": condition or f'event.record.id != "" && {i} >= 0'}})
             ids.append(trigger_id)
     finally:
         client.close()

@@ -30,7 +30,7 @@ def _ratio(row: dict) -> str:
 
 
 ROW_ORDER = ("money", "money_peer", "triggers", "read", "read_pgbench", "mcp", "mcp_2025", "call_tree", "agent",
-             "queue", "policy")
+             "queue", "queue_triggered", "policy")
 
 
 def _goal_cell(measured: dict | None, unit: str) -> str:
@@ -101,7 +101,8 @@ def details(results: dict) -> str:
     for key, label in (("money", "money-moving call"), ("triggers", "money-moving call with 10 triggers on other types"),
                        ("read", "read"), ("mcp", "MCP tools/call (latest protocol)"),
                        ("mcp_2025", "MCP tools/call (2025-11-25)"),
-                       ("call_tree", "call tree (whole tree)"), ("queue", "queued execution")):
+                       ("call_tree", "call tree (whole tree)"), ("queue", "queued execution"),
+                       ("queue_triggered", "queued execution, a trigger on status changes defined")):
         row = rows.get(key) or {}
         ledger = row.get("ledger") or {}
         trips = ledger.get("roundtrips_per_call") or ledger.get("roundtrips_per_tree") or ledger.get("roundtrips_per_job")

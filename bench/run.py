@@ -23,7 +23,7 @@ from pathlib import Path
 
 from . import loadgen, peers, report, workloads
 from .env import ROOT, Cluster, DurableCommits, RoundTrips, Server, Statements, Workers, export_revision, settings_text
-from .fixtures import add_triggers, delete_triggers, populate, prepare_database
+from .fixtures import STATUS_CONDITION, STATUS_EVENTS, add_triggers, delete_triggers, populate, prepare_database
 
 # Issue 18's goals, each measured in one run, side by side.
 MONEY_GOAL = 0.25  # the money-moving call, x pgbench tpcb-like TPS
@@ -185,6 +185,21 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError(f"PostGraphile's transfer answered {out['errors']} errors")
             return out
 
+        def queue_with_trigger(workers, code_root) -> dict:
+            def define(change):
+                admin = Server(ledger_url, workdir, workers=1, code_root=code_root)
+                try:
+                    return change(admin.url)
+                finally:
+                    admin.stop()
+
+            defined = define(lambda url: add_triggers(url, token, fx.noop_tool, 1, STATUS_EVENTS, STATUS_CONDITION,
+                                                      name="bench_status"))
+            try:
+                return workloads.queue(fx, workers, stats, rt, jobs=args.queue_jobs, commits=commits)
+            finally:
+                define(lambda url: delete_triggers(url, token, defined))
+
         def pgbench_ok() -> bool:
             return args.peers != "none" and "pgbench" not in errors
 
@@ -312,6 +327,11 @@ def main(argv: list[str] | None = None) -> int:
                                   code_root=code_root, roundtrips=rt)
                 running.append(workers)
                 m["queue"] = workloads.queue(fx, workers, stats, rt, jobs=args.queue_jobs, commits=commits)
+                # The same with a trigger on execution status changes defined (never true): the durable
+                # commits per execution must hold with it (a revision from before triggers cannot run it).
+                log(f"[{name}] queue: the same with a trigger on execution status changes defined")
+                m["queue_triggered"] = _anchor(f"queue with a trigger ({name})", lambda: queue_with_trigger(
+                    workers, code_root), errors)
                 workers.stop()
                 running.remove(workers)
             if "policy" in only:
@@ -567,6 +587,17 @@ def build_rows(current: dict, before: dict | None, medians: dict, errors: dict, 
         if gw and gw.get("durable_commits_per_job") is not None:
             row["anchor_commits"] = gw["durable_commits_per_job"]
         rows["queue"] = row
+        qt = current.get("queue_triggered")
+        if qt:
+            row = _row(
+                "queue, a trigger on execution status changes defined (never true)", qt,
+                f"{qt['jobs_per_s']:,.0f} executions/s ({qt['jobs']:,} in {qt['seconds']:.2f} s)", q,
+                f"the queue above, no trigger: {q['jobs_per_s']:,.0f} executions/s",
+                qt["jobs_per_s"] / q["jobs_per_s"] if q["jobs_per_s"] else None, 0, "(reported)",
+                errors.get("queue with a trigger (current)"),
+                roundtrips=_trips(qt, "roundtrips_per_job", QUEUE_ROUNDTRIPS_GOAL))
+            row["commits"] = _trips(qt, "durable_commits_per_job", QUEUE_COMMITS_GOAL)
+            rows["queue_triggered"] = row
     turn = current.get("agent_turn")
     if turn:
         rows["agent"] = {
@@ -602,6 +633,7 @@ def _add_before(rows: dict, before: dict) -> None:
         "read": ("read", "rps", None), "read_pgbench": ("read", "rps", None),
         "mcp": ("tool_mcp", "rps", "tool_graphql"), "mcp_2025": ("tool_mcp_2025", "rps", "tool_graphql"),
         "call_tree": ("call_tree", "median_ms", "call_tree_floor"), "queue": ("queue", "jobs_per_s", None),
+        "queue_triggered": ("queue_triggered", "jobs_per_s", "queue"),
         "agent": ("agent_turn", "median_ms", None), "policy": ("policy", "p99_us", None),
     }
     for key, (measured_key, metric, own_anchor) in spec.items():
@@ -615,7 +647,7 @@ def _add_before(rows: dict, before: dict) -> None:
         unit = {"calls_per_s": " calls/s", "rps": " req/s", "median_ms": " ms", "jobs_per_s": " executions/s",
                 "p99_us": " µs p99"}[metric]
         row["before_text"] = f"{measured[metric]:,.1f}{unit}" + (f", {trips:g} round trips" if trips else "")
-        if key == "queue" and measured.get("durable_commits_per_job") is not None:
+        if key.startswith("queue") and measured.get("durable_commits_per_job") is not None:
             row["before_text"] += f", {measured['durable_commits_per_job']:g} durable commits"
         if key == "agent":
             direct = measured.get("direct_median_ms")

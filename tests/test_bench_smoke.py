@@ -18,7 +18,7 @@ def test_bench_harness_runs_every_ledger_workload(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     rows = results["rows"]
     assert set(rows) == {"money", "money_peer", "triggers", "read", "mcp", "mcp_2025", "call_tree", "agent", "queue",
-                         "policy"}
+                         "queue_triggered", "policy"}
     # The money-moving call with triggers on other types, beside the same call with none, in the same run.
     assert rows["triggers"]["ledger"]["transfers"] > 0 and rows["triggers"]["anchor"]["transfers"] > 0
     assert rows["triggers"]["ratio"] > 0
@@ -40,6 +40,8 @@ def test_bench_harness_runs_every_ledger_workload(tmp_path):
     # Round trips and durable commits beside their goals.
     assert rows["queue"]["commits"]["value"] > 0 and rows["queue"]["commits"]["goal"] == 2
     assert rows["money"]["roundtrips"]["value"] > 0 and rows["money"]["roundtrips"]["goal"] == 8
+    # The durable commits hold with a trigger on execution status changes defined (DESIGN section 15).
+    assert rows["queue_triggered"]["ledger"]["failed"] == 0 and rows["queue_triggered"]["commits"]["value"] > 0
     assert rows["policy"]["ledger"]["p99_us"] > 0
     assert results["rss"]["server_mib"] > 0
     # Without the anchors, their rows say so instead of a ratio.
