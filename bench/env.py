@@ -105,6 +105,28 @@ class Statements:
         return [{"calls": int(r[0]), "ms": float(r[1]), "query": r[2]} for r in rows]
 
 
+class DurableCommits:
+    """Commit records written to the WAL (pg_walinspect): one per transaction that wrote something, each a
+    WAL flush the committer waits for with synchronous_commit on. Cluster-wide (autovacuum's ANALYZE
+    included), so it is read around a stretch where only the processes under test write."""
+
+    def __init__(self, cluster: Cluster, dbname: str) -> None:
+        self.url = cluster.url(dbname)
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+
+    def position(self) -> str:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            return str(conn.execute("SELECT pg_current_wal_flush_lsn()").fetchone()[0])
+
+    def since(self, start: str) -> int:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            return int(conn.execute(
+                "SELECT count(*) FROM pg_get_wal_records_info(%s::pg_lsn, pg_current_wal_flush_lsn())"
+                " WHERE resource_manager = 'Transaction' AND record_type IN ('COMMIT', 'COMMIT_PREPARED')",
+                (start,)).fetchone()[0])
+
+
 # ---------------------------------------------------------------------------- processes
 
 

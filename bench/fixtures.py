@@ -60,16 +60,24 @@ DELETE_TRIGGER = "mutation($id: UUID!) { triggers { deleteTrigger(id: $id) { id 
 OTHER_EVENTS = ("financial.Account.inserted", "financial.PlannedAction.inserted", "financial.PlannedAction.updated")
 
 
-def add_triggers(url: str, token: str, action_id: str, count: int) -> list[str]:
-    """`count` enabled triggers, with conditions, on events the money-moving call does not raise."""
+# The queue row's trigger on execution status changes (DESIGN section 15): its condition is evaluated on
+# every status change of every execution and is never true (a true one would start a run per run).
+STATUS_EVENTS = ("financial.ActionExecution.updated",)
+STATUS_CONDITION = 'event.record.status == "CANCELLED" && event.record.id == ""'
+
+
+def add_triggers(url: str, token: str, action_id: str, count: int, events: tuple[str, ...] = OTHER_EVENTS,
+                 condition: str | None = None, name: str = "bench_other") -> list[str]:
+    """`count` enabled triggers, with conditions, on `events` (by default events the money-moving call does
+    not raise)."""
     client = Client(url, token)
     ids = []
     try:
         for i in range(count):
             trigger_id = str(uuid.uuid4())
             client.data(CREATE_TRIGGER, {"id": trigger_id, "input": {
-                "name": f"bench_other_{i}", "event": OTHER_EVENTS[i % len(OTHER_EVENTS)], "actionId": action_id,
-                "condition": f'event.record.id != "" && {i} >= 0'}})
+                "name": f"{name}_{i}", "event": events[i % len(events)], "actionId": action_id,
+                "condition": condition or f'event.record.id != "" && {i} >= 0'}})
             ids.append(trigger_id)
     finally:
         client.close()
@@ -98,6 +106,7 @@ class Fixtures:
     noop_tool: str
     balance_tool: str
     mcp_path: str  # where the bench's MCP server, listing the balance tool, is served
+    euro_account: str  # an account in another currency, for the checks of the peers' transfer
 
 
 def _tool(client: Client, name: str, src: str, properties: dict, policies: list[dict]) -> str:
@@ -112,8 +121,72 @@ def _tool(client: Client, name: str, src: str, properties: dict, policies: list[
     return action_id
 
 
+# The peer's transfer: what a team would write instead of the ledger, served by PostGraphile 4 as the custom
+# mutation `benchTransfer`. It does the work of ledger/domain/accounts.py create_transfer: both accounts
+# locked in id order in one statement, both found, the same currency, the balance checked (unless the source
+# allows overdraft), the transfer inserted, both balances updated in one statement. SECURITY INVOKER (the
+# default): it runs as the caller, so the tables' row-level security applies to every statement, with the
+# tenant that PostGraphile sets from the bearer token (ledger_current_tenant()).
+PEER_TRANSFER_FUNCTION = """
+CREATE OR REPLACE FUNCTION bench_transfer(transfer_id uuid, from_id uuid, to_id uuid, amount_moved bigint)
+RETURNS transfers LANGUAGE plpgsql VOLATILE SECURITY INVOKER AS $fn$
+DECLARE
+  tenant uuid := ledger_current_tenant();
+  r accounts;
+  source accounts;
+  target accounts;
+  created transfers;
+BEGIN
+  IF amount_moved IS NULL OR amount_moved <= 0 THEN
+    RAISE EXCEPTION 'a transfer moves a positive amount' USING ERRCODE = '22023';
+  END IF;
+  IF from_id = to_id THEN
+    RAISE EXCEPTION 'a transfer needs two different accounts' USING ERRCODE = '22023';
+  END IF;
+  FOR r IN SELECT * FROM accounts WHERE tenant_id = tenant AND id IN (from_id, to_id) ORDER BY id FOR UPDATE LOOP
+    IF r.id = from_id THEN source := r; ELSE target := r; END IF;
+  END LOOP;
+  IF source.id IS NULL THEN
+    RAISE EXCEPTION 'no account % (fromId)', from_id USING ERRCODE = 'P0002';
+  END IF;
+  IF target.id IS NULL THEN
+    RAISE EXCEPTION 'no account % (toId)', to_id USING ERRCODE = 'P0002';
+  END IF;
+  IF source.currency <> target.currency THEN
+    RAISE EXCEPTION 'account % holds % but account % holds %', from_id, source.currency, to_id, target.currency
+      USING ERRCODE = '22023';
+  END IF;
+  IF source.balance - amount_moved < 0 AND NOT source.allow_overdraft THEN
+    RAISE EXCEPTION 'account % holds % %, less than the % to move', from_id, source.balance, source.currency,
+      amount_moved USING ERRCODE = '22023';
+  END IF;
+  INSERT INTO transfers (tenant_id, id, from_account_id, to_account_id, amount, currency)
+    VALUES (tenant, transfer_id, from_id, to_id, amount_moved, source.currency)
+    ON CONFLICT DO NOTHING RETURNING * INTO created;
+  IF created.id IS NULL THEN
+    RAISE EXCEPTION 'a transfer with id % already exists', transfer_id USING ERRCODE = '23505';
+  END IF;
+  UPDATE accounts SET balance = balance + CASE WHEN id = from_id THEN -amount_moved ELSE amount_moved END
+    WHERE tenant_id = tenant AND id IN (from_id, to_id);
+  RETURN created;
+END
+$fn$;
+REVOKE ALL ON FUNCTION bench_transfer(uuid, uuid, uuid, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION bench_transfer(uuid, uuid, uuid, bigint) TO ledger_app;
+"""
+
+
+def create_peer_transfer(database_url: str) -> None:
+    """The peer's transfer function, as the owner (PostGraphile only calls it, as ledger_app's member)."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(PEER_TRANSFER_FUNCTION)
+
+
 def prepare_database(database_url: str) -> tuple[uuid.UUID, uuid.UUID, str, str]:
     apply_migrations(database_url)
+    create_peer_transfer(database_url)
     tenant_id, client_id = create_tenant(database_url, "bench")
     key = load_signing_key(database_url)
     token, _ = TokenService(key).mint(tenant_id, client_id, None)
@@ -128,6 +201,9 @@ def populate(database_url: str, url: str, tenant_id, client_id, token: str, secr
         opening = str(uuid.uuid4())
         client.data("mutation($id: UUID!) { financial { createAccount(id: $id, input: {name: \"opening\","
                     " currency: \"USD\", allowOverdraft: true}) { id } } }", {"id": opening})
+        euro = str(uuid.uuid4())
+        client.data("mutation($id: UUID!) { financial { createAccount(id: $id, input: {name: \"bench EUR\","
+                    " currency: \"EUR\"}) { id } } }", {"id": euro})
         ids = [str(uuid.uuid4()) for _ in range(accounts)]
         for start in range(0, accounts, 50):
             chunk = ids[start:start + 50]
@@ -161,4 +237,4 @@ def populate(database_url: str, url: str, tenant_id, client_id, token: str, secr
     finally:
         client.close()
     return Fixtures(database_url, tenant_id, client_id, token, secret, ids, transfer, reads, noop, balance,
-                    mcp_path)
+                    mcp_path, euro)

@@ -2,7 +2,8 @@
 else a separate Python process (`python -m bench.loadgen SPEC`) with one keep-alive connection per thread.
 
 A spec says what to send: `kind` "static" posts one fixed body; "template" posts `body` with each
-`__UUID__` replaced by a fresh UUID per request; "invoke" posts an invokeAction of the transfer tool with
+`__UUID__` replaced by a fresh UUID per request (and, with `accounts`, `__FROM__` and `__TO__` by two
+different random accounts); "invoke" posts an invokeAction of the transfer tool with
 a fresh executionId and transfer id and two random accounts per request. `headers` are sent besides
 Content-Type and the bearer token; a response counts as an error when it is not a 200 or contains one
 of `error_markers` (default: a GraphQL error or a FAILED execution).
@@ -66,13 +67,20 @@ function request()
   if kind == "static" then
     return wrk.format(nil, nil, nil, static_body)
   end
+  local a = 0
+  local b = 0
+  if #accounts > 1 then
+    a = math.random(#accounts)
+    b = math.random(#accounts - 1)
+    if b >= a then b = b + 1 end
+  end
   if kind == "template" then
     local body = string.gsub(static_body, "__UUID__", uuid4)
+    if a > 0 then
+      body = string.gsub(string.gsub(body, "__FROM__", accounts[a]), "__TO__", accounts[b])
+    end
     return wrk.format(nil, nil, nil, body)
   end
-  local a = math.random(#accounts)
-  local b = math.random(#accounts - 1)
-  if b >= a then b = b + 1 end
   local body = '{"query":' .. query .. ',"variables":{"id":"' .. action .. '","input":{"executionId":"' .. uuid4()
     .. '","input":{"transfer_id":"' .. uuid4() .. '","from_account":"' .. accounts[a] .. '","to_account":"'
     .. accounts[b] .. '","amount":1}}}}'
@@ -159,6 +167,9 @@ def _body(spec: dict, rng: random.Random) -> bytes:
         body = spec["body"]
         while "__UUID__" in body:
             body = body.replace("__UUID__", str(uuid.uuid4()), 1)
+        if len(spec.get("accounts") or ()) > 1:
+            a, b = rng.sample(spec["accounts"], 2)
+            body = body.replace("__FROM__", a).replace("__TO__", b)
         return body.encode()
     accounts = spec["accounts"]
     a, b = rng.sample(range(len(accounts)), 2)

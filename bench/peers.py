@@ -21,7 +21,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from .env import PGBENCH_DB, ROOT, Cluster, Process, Statements, free_port
+from .env import PGBENCH_DB, ROOT, Cluster, DurableCommits, Process, Statements, cpu_seconds, free_port
 
 NPM_DIR = ROOT / ".cache" / "bench-npm"
 NPM_PACKAGES = ("postgraphile@4", "graphile-worker@0.17.3")
@@ -146,14 +146,37 @@ class PostGraphile:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/graphql"
 
+    def cpu(self) -> float:
+        """CPU seconds of the Node process so far."""
+        return cpu_seconds([self.process.pid])
+
     def body(self, tenant_id, account_id) -> str:
         return json.dumps({"query": self.QUERY, "variables": {"t": str(tenant_id), "id": account_id}})
 
     def read(self, token: str, tenant_id, account_id) -> dict:
+        return self._post(token, self.body(tenant_id, account_id))
+
+    # The custom mutation over bench/fixtures.py's bench_transfer (amount 1, as the ledger's money call).
+    TRANSFER = ("mutation($input: BenchTransferInput!) { benchTransfer(input: $input) { transfer { id } } }")
+
+    def transfer_template(self) -> str:
+        """The mutation's body for the load generator: a fresh transfer id and two random accounts each time."""
+        return json.dumps({"query": self.TRANSFER, "variables": {"input": {
+            "transferId": "__UUID__", "fromId": "__FROM__", "toId": "__TO__", "amountMoved": "1"}}},
+            separators=(",", ":"))
+
+    def transfer(self, token: str, transfer_id: str, from_id: str, to_id: str, amount: int = 1) -> dict:
+        return self._post(token, json.dumps({"query": self.TRANSFER, "variables": {"input": {
+            "transferId": transfer_id, "fromId": from_id, "toId": to_id, "amountMoved": str(amount)}}}))
+
+    def _post(self, token: str, body: str) -> dict:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        conn.request("POST", "/graphql", body=self.body(tenant_id, account_id),
-                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
-        return json.loads(conn.getresponse().read())
+        try:
+            conn.request("POST", "/graphql", body=body,
+                         headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+            return json.loads(conn.getresponse().read())
+        finally:
+            conn.close()
 
     def stop(self) -> None:
         self.process.stop()
@@ -180,11 +203,13 @@ class GraphileWorker:
                 raise NotMeasured(f"graphile-worker did not start: {self.processes[0].log_tail(5)}")
             time.sleep(0.1)
 
-    def run_jobs(self, n: int, stats: Statements | None = None) -> dict:
-        """Enqueue n no-op jobs in one transaction; the time from its commit until none is left."""
+    def run_jobs(self, n: int, stats: Statements | None = None, commits: DurableCommits | None = None) -> dict:
+        """Enqueue n no-op jobs in one transaction; the time from its commit until none is left (and the
+        durable commits per job, the enqueue's taken off)."""
         with psycopg.connect(self.url, autocommit=True) as conn:
             table = "graphile_worker._private_jobs" if conn.execute(
                 "SELECT to_regclass('graphile_worker._private_jobs')").fetchone()[0] else "graphile_worker.jobs"
+            wal_start = commits.position() if commits is not None else None
             with conn.transaction():
                 conn.execute("SELECT graphile_worker.add_job('noop', json_build_object('i', i))"
                              " FROM generate_series(1, %s) AS i", (n,))
@@ -198,7 +223,9 @@ class GraphileWorker:
                 if time.perf_counter() - committed > 600:
                     raise RuntimeError("graphile-worker did not finish its jobs in 10 minutes")
             elapsed = time.perf_counter() - committed
-        return {"jobs": n, "seconds": round(elapsed, 3), "jobs_per_s": round(n / elapsed, 1)}
+            durable = commits.since(wal_start) - 1 if commits is not None else None
+        return {"jobs": n, "seconds": round(elapsed, 3), "jobs_per_s": round(n / elapsed, 1),
+                "durable_commits_per_job": round(durable / n, 2) if durable is not None else None}
 
     def stop(self) -> None:
         for p in self.processes:

@@ -1,6 +1,6 @@
 """Profile a server process under a bench workload with py-spy (`pip install -e '.[bench]'`).
 
-    python -m bench.profile read|money|tree|tool-graphql|tool-mcp [--seconds 15] [--top 40]
+    python -m bench.profile read|money|tree|tool-graphql|tool-mcp|tool-mcp-2025-11-25 [--seconds 15] [--top 40]
 
 Starts the same cluster and `ledger serve` as `make bench`, drives the workload with the same load
 generator, samples one server process with `py-spy record` (native frames off, idle threads off) and
@@ -51,7 +51,8 @@ def _summarize(collapsed: Path, top: int, focus: str | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile")
-    parser.add_argument("workload", choices=("read", "money", "tree", "tool-graphql", "tool-mcp"))
+    parser.add_argument("workload", choices=("read", "money", "tree", "tool-graphql", "tool-mcp",
+                                            "tool-mcp-2025-11-25"))
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--top", type=int, default=45)
     parser.add_argument("--focus", help="only stacks through a frame containing this text")

@@ -29,41 +29,80 @@ def _ratio(row: dict) -> str:
     return f"**{row['ratio']:.2f}x** ({mark})"
 
 
+ROW_ORDER = ("money", "money_peer", "triggers", "read", "read_pgbench", "mcp", "mcp_2025", "call_tree", "agent",
+             "queue", "queue_triggered", "policy")
+
+
+def _goal_cell(measured: dict | None, unit: str) -> str:
+    """"15.6" or, for a row with a goal, "15.6 (goal ≤ 8, **not met**)"."""
+    if not measured:
+        return ""
+    text = f"{_f(measured['value'])}{unit}"
+    if measured.get("goal") is None:
+        return text
+    mark = "met" if measured["met"] else "**not met**"
+    return f"{text} (goal ≤ {measured['goal']:g}, {mark})"
+
+
+def _roundtrips(row: dict) -> str:
+    cells = [c for c in (_goal_cell(row.get("roundtrips"), ""),
+                         _goal_cell(row.get("commits"), " durable commits")) if c]
+    if row.get("anchor_commits") is not None:
+        cells.append(f"anchor: {_f(row['anchor_commits'])} durable commits")
+    return "; ".join(cells) or "—"
+
+
 def table(results: dict) -> str:
     rows = results["rows"]
     baseline = (results.get("baseline") or {}).get("revision")
-    head = "| workload | the ledger | anchor (same run, same cluster) | ratio | goal |"
-    rule = "|---|---|---|---|---|"
+    head = "| workload | the ledger | anchor (same run, same cluster) | ratio | goal | round trips per call |"
+    rule = "|---|---|---|---|---|---|"
     if baseline:
         head += f" before (`{baseline}`) | ratio before |"
         rule += "---|---|"
     lines = [head, rule]
-    for key in ("money", "triggers", "read", "mcp", "call_tree", "agent", "queue", "policy"):
+    for key in ROW_ORDER:
         row = rows.get(key)
         if not row:
             continue
-        line = f"| {row['title']} | {row['ledger_text']} | {row['anchor_text']} | {_ratio(row)} | {row['goal']} |"
+        line = (f"| {row['title']} | {row['ledger_text']} | {row['anchor_text']} | {_ratio(row)} | {row['goal']} |"
+                f" {_roundtrips(row)} |")
         if baseline:
             ratio = row.get("before_ratio")
             line += f" {row.get('before_text', '—')} | {f'{ratio:.2f}x' if ratio is not None else '—'} |"
         lines.append(line)
-    extra = rows.get("read", {}).get("pgbench_S_text")
-    if extra:
-        lines.append(f"| read vs `pgbench -S` | (the read above) | {extra} | {rows['read']['pgbench_S_ratio']:.2f}x"
-                     " | (reported) |" + (" | |" if baseline else ""))
     return "\n".join(lines)
 
 
 def details(results: dict) -> str:
     rows = results["rows"]
     out = []
+    paired = []
+    for key in ROW_ORDER:
+        row = rows.get(key) or {}
+        summary = row.get("paired")
+        if not summary:
+            continue
+        mom = row.get("median_of_medians")
+        paired.append(f"{row['title']}: **{summary['median']:.2f}x** (rounds "
+                      + ", ".join(f"{r:.2f}x" for r in summary["ratios"])
+                      + f"; spread {_f(summary.get('spread'), 2)}; median of medians "
+                      + (f"{mom:.2f}x" if mom is not None else "—") + ")")
+    if paired:
+        out.append(f"- Paired ratios: each round runs both sides one after the other (the triggers and MCP rows"
+                   f" alternate the order, A B then B A), so each round's ratio compares one moment of the shared"
+                   f" machine; the table shows their median ({results.get('paired_rounds', '?')} rounds of"
+                   f" {_f(results.get('paired_seconds'), 0)} s; spread = (max − min) / median): "
+                   + "; ".join(paired) + ".")
     rss = results.get("rss") or {}
     out.append(f"- Peak RSS of a server process: {_f(rss.get('server_mib'), 0, ' MiB')}"
                f" (a Starlark sandbox process beside it: {_f(rss.get('sandbox_mib'), 0, ' MiB')}).")
     rt = []
     for key, label in (("money", "money-moving call"), ("triggers", "money-moving call with 10 triggers on other types"),
-                       ("read", "read"), ("mcp", "MCP tools/call"),
-                       ("call_tree", "call tree (whole tree)"), ("queue", "queued execution")):
+                       ("read", "read"), ("mcp", "MCP tools/call (latest protocol)"),
+                       ("mcp_2025", "MCP tools/call (2025-11-25)"),
+                       ("call_tree", "call tree (whole tree)"), ("queue", "queued execution"),
+                       ("queue_triggered", "queued execution, a trigger on status changes defined")):
         row = rows.get(key) or {}
         ledger = row.get("ledger") or {}
         trips = ledger.get("roundtrips_per_call") or ledger.get("roundtrips_per_tree") or ledger.get("roundtrips_per_job")
@@ -72,14 +111,27 @@ def details(results: dict) -> str:
         if value is not None:
             rt.append(f"{label} {_f(trips)} round trips / {_f(value)} statements"
                       + (f" (anchor: {_f(anchor)} statements)" if anchor is not None else ""))
+    peer = rows.get("money_peer") or {}
+    if peer.get("anchor_statements") is not None:
+        rt.append(f"PostGraphile's transfer {_f(peer['anchor_statements'])} statements (its function's own"
+                  " statements included)")
     if rt:
         out.append("- Database work per call: round trips counted in the server processes (a hook on psycopg: a"
                    " statement, or one pipeline of them; the pool's connection check included), and statements"
                    " from pg_stat_statements (BEGIN, COMMIT and SAVEPOINTs included): " + "; ".join(rt) + ".")
+    queue = rows.get("queue") or {}
+    if queue.get("commits"):
+        out.append("- Durable commits per queued execution: the WAL's commit records (pg_walinspect) from the"
+                   " enqueue to the last SUCCEEDED, the enqueue's own commit taken off, divided by the executions"
+                   " (cluster-wide: an autovacuum ANALYZE in that stretch counts too).")
     baseline = results.get("baseline")
     if baseline:
         out.append(f"- Before: the ledger's code at `{baseline['revision']}`, run in this same run, on the same cluster,"
-                   " with the same installed packages; the call tree's floor is measured right after each tree.")
+                   " with the same installed packages and this run's anchors (the triggers, MCP and call tree rows"
+                   " against the revision's own side); a row the revision cannot run says —.")
+    errors = results.get("errors") or {}
+    if errors:
+        out.append("- Not measured: " + "; ".join(f"{k}: {v}" for k, v in errors.items()) + ".")
     out.append(f"- Load generator: {results.get('loadgen')}; PostgreSQL {results['postgres'].get('server_version')}"
                f" with fsync={results['postgres'].get('fsync')},"
                f" synchronous_commit={results['postgres'].get('synchronous_commit')}.")

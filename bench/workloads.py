@@ -10,10 +10,11 @@ import time
 import uuid
 from urllib.parse import urlsplit
 
+import mcp.types as mcp_types
 import psycopg
 
 from . import loadgen
-from .env import Client, RoundTrips, Server, Statements, Workers
+from .env import Client, DurableCommits, RoundTrips, Server, Statements, Workers
 from .fixtures import CREATE_TOOL, INVOKE, READ, Fixtures
 
 APP_ROLE = "ledger_app"
@@ -59,6 +60,16 @@ def read(server: Server, fx: Fixtures, seconds: float, stats: Statements, rt: Ro
 
 # tools/call in the 2025-11-25 protocol: stateless, so no initialize is needed before a request.
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+# The SDK's latest protocol (2026-07-28 with the installed SDK): a single-exchange POST whose `_meta` carries
+# the envelope an up-to-date SDK client stamps on every request (mcp/client/session.py _make_modern_stamp:
+# protocol version, client info, client capabilities, none declared by a client without callbacks), and the
+# routing headers the server checks against the body (Mcp-Method, Mcp-Name).
+MCP_LATEST = mcp_types.LATEST_PROTOCOL_VERSION
+MCP_LATEST_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": MCP_LATEST,
+                      "Mcp-Method": "tools/call", "Mcp-Name": "bench_balance"}
+MCP_LATEST_META = {"io.modelcontextprotocol/protocolVersion": MCP_LATEST,
+                   "io.modelcontextprotocol/clientInfo": {"name": "ledger-bench", "version": "1"},
+                   "io.modelcontextprotocol/clientCapabilities": {}}
 # A tool's failure is an isError result; anything else the SDK refused is a JSON-RPC error.
 MCP_ERRORS = ('"isError":true', '"error":{')
 INVOKE_READ = ("mutation($id: UUID!, $input: InvokeActionInput!) { actions { invokeAction(id: $id, input: $input)"
@@ -67,16 +78,22 @@ INVOKE_READ = ("mutation($id: UUID!, $input: InvokeActionInput!) { actions { inv
 
 def tool_call_spec(server: Server, fx: Fixtures, via: str) -> dict:
     """The same call of the balance tool, with a fresh executionId each time: through GraphQL
-    invokeAction, or through the bench's MCP server as tools/call."""
+    invokeAction ("graphql"), or through the bench's MCP server as tools/call in the SDK's latest protocol
+    ("mcp") or in 2025-11-25 ("mcp-2025-11-25")."""
     arguments = {"account_id": fx.accounts[0]}
     if via == "graphql":
         return {"url": server.url, "token": fx.token, "kind": "template", "body": json.dumps({
             "query": INVOKE_READ, "variables": {"id": fx.balance_tool, "input": {
                 "executionId": "__UUID__", "input": arguments}}})}
-    return {"url": server.origin + fx.mcp_path, "token": fx.token, "kind": "template", "headers": MCP_HEADERS,
+    if via not in ("mcp", "mcp-2025-11-25"):
+        raise ValueError(f"no tool call through {via!r}")
+    latest = via == "mcp"
+    meta = {**(MCP_LATEST_META if latest else {}), "ledger/executionId": "__UUID__"}
+    return {"url": server.origin + fx.mcp_path, "token": fx.token, "kind": "template",
+            "headers": MCP_LATEST_HEADERS if latest else MCP_HEADERS,
             "error_markers": list(MCP_ERRORS), "body": json.dumps({
                 "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-                    "name": "bench_balance", "arguments": arguments, "_meta": {"ledger/executionId": "__UUID__"}}},
+                    "name": "bench_balance", "arguments": arguments, "_meta": meta}},
                 separators=(",", ":"))}
 
 
@@ -98,7 +115,8 @@ def check_tool_call(server: Server, fx: Fixtures, via: str) -> dict:
         output = (answer.get("invocation") or {}).get("output") if answer.get("status") == "SUCCEEDED" else None
     else:
         result = payload.get("result") or {}
-        output = result.get("structuredContent") if result.get("isError") is not True else None
+        output = (result.get("structuredContent") if "error" not in payload and result.get("isError") is not True
+                  else None)
     if response.status != 200 or not isinstance(output, dict) or not isinstance(output.get("balance"), int):
         raise RuntimeError(f"the balance tool through {via} did not answer a balance ({response.status}): {payload}")
     return output
@@ -107,7 +125,7 @@ def check_tool_call(server: Server, fx: Fixtures, via: str) -> dict:
 def tool_call(server: Server, fx: Fixtures, via: str, seconds: float, stats: Statements, rt: RoundTrips, *,
               connections: int = 4, warmup: float = 2.0, loadgen_kind: str = "auto") -> dict:
     """The balance tool (one graphql() read in the sandbox, its execution recorded), called through
-    `via` ("graphql" or "mcp"), 4 connections."""
+    `via` ("graphql", "mcp" or "mcp-2025-11-25"), 4 connections."""
     check_tool_call(server, fx, via)
     spec = tool_call_spec(server, fx, via)
     return _throughput(server, spec, seconds, stats, rt, connections, warmup, loadgen_kind)
@@ -179,9 +197,11 @@ def call_tree_floor(fx: Fixtures, *, reads: int = 1000, repeats: int = 5) -> dic
             "min_ms": round(min(times) * 1000, 1)}
 
 
-def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, jobs: int = 1000) -> dict:
+def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, jobs: int = 1000,
+          commits: DurableCommits | None = None) -> dict:
     """`jobs` no-op executions started in one transaction; the time from its commit until every one is
-    SUCCEEDED, and each one's latency (its invocation's finish minus the commit)."""
+    SUCCEEDED, and each one's latency (its invocation's finish minus the commit); with `commits`, the
+    durable commits (WAL commit records) the workers made per execution."""
     from ledger.wiring import open_services
     from ledger.auth.clients import client_layer, load_principal
     from ledger.config import Settings
@@ -195,6 +215,8 @@ def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, 
         deadline = time.monotonic() + 600
         ids = [uuid.uuid4() for _ in range(jobs)]
         with psycopg.connect(fx.database_url, autocommit=True) as poll:
+            # Read before the enqueue (the workers claim as soon as it commits): its one commit is taken off.
+            wal_start = commits.position() if commits is not None else None
             with services.db.transaction(fx.tenant_id, deadline=deadline) as conn:
                 principal, policies = load_principal(conn, fx.tenant_id, fx.client_id, claims)
                 scope = Scope(conn=conn, principal=principal, chain=Chain((client_layer(principal, policies),)),
@@ -215,6 +237,7 @@ def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, 
             elapsed = time.perf_counter() - committed
             statements = stats.count(APP_ROLE)
             trips = rt.total() - trips
+            durable = commits.since(wal_start) - 1 if commits is not None else None
             failed = poll.execute("SELECT count(*) FROM executions WHERE tenant_id = %s AND id = ANY(%s)"
                                   " AND status = 'FAILED'", (fx.tenant_id, ids)).fetchone()[0]
             finished = [r[0] for r in poll.execute(
@@ -226,7 +249,8 @@ def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, 
     return {"jobs": jobs, "failed": failed, "seconds": round(elapsed, 3), "jobs_per_s": round(jobs / elapsed, 1),
             "p50_ms": round(latencies[len(latencies) // 2], 1) if latencies else None,
             "p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 1) if latencies else None,
-            "statements_per_job": round(statements / jobs, 1), "roundtrips_per_job": round(trips / jobs, 1)}
+            "statements_per_job": round(statements / jobs, 1), "roundtrips_per_job": round(trips / jobs, 1),
+            "durable_commits_per_job": round(durable / jobs, 2) if durable is not None else None}
 
 
 def policy(n: int = 20_000) -> dict:
@@ -255,12 +279,15 @@ def agent_turn(server: Server, fx: Fixtures, script: Path, *, repeats: int = 5) 
         {"tool_calls": [check]}, {"tool_calls": [check]}, {"text": "done"}]}))
     client = Client(server.url, fx.token)
     try:
-        client.data(CREATE_TOOL, {"id": AGENT_ID, "input": {
+        created = client.post(CREATE_TOOL, {"id": AGENT_ID, "input": {
             "name": "bench_agent", "kind": "agent", "description": "bench: agent",
             "config": {"model": {"provider": "bench", "name": "scripted"}, "instructions": "Read the balance."},
             "tool": {"name": "bench_agent", "description": "bench: agent", "inputSchema": {"type": "object"}},
             "tools": [{"name": "bench_balance"}],
             "policies": [{"effect": "ALLOW", "actions": ["SELECT", "INVOKE"], "resources": ["financial.*"]}]}})
+        # Already there when a --baseline revision's turn ran first in this run: the same definition.
+        if any((e.get("extensions") or {}).get("code") != "already_exists" for e in created.get("errors") or ()):
+            raise RuntimeError(f"the agent could not be created: {created['errors']}")
         turns, direct = [], []
         for i in range(repeats + 1):
             started = time.perf_counter()
