@@ -80,6 +80,7 @@ class Statements:
 
     def __init__(self, cluster: Cluster, dbname: str) -> None:
         self.url = cluster.url(dbname)
+        self.cluster = cluster  # for DurableCommits, which reads the cluster's WAL
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
 
@@ -103,6 +104,28 @@ class Statements:
                 " WHERE r.rolname = %s AND s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
                 " ORDER BY calls DESC LIMIT %s", (role, limit)).fetchall()
         return [{"calls": int(r[0]), "ms": float(r[1]), "query": r[2]} for r in rows]
+
+
+class DurableCommits:
+    """Durable commits, counted exactly: the COMMIT records `pg_waldump` finds in the WAL between two
+    positions. Only a transaction that wrote has one (with synchronous_commit on, each is a WAL flush the
+    committer waits for); read-only transactions and autocommit reads write none. Cluster-wide: whatever
+    else wrote meanwhile (a heartbeat, autovacuum) is counted too."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def position(self) -> str:
+        with psycopg.connect(self.cluster.admin_url, autocommit=True) as conn:
+            return conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]
+
+    def since(self, start: str) -> int:
+        end = self.position()
+        waldump = Path(self.cluster.bin) / "pg_waldump"
+        done = subprocess.run([str(waldump), "--path", str(self.cluster.pg.data / "pg_wal"), "--start", start,
+                               "--end", end, "--rmgr", "Transaction"], capture_output=True, text=True)
+        # It may complain about the record it stops inside (rc 1); the records before it are complete.
+        return sum(1 for line in done.stdout.splitlines() if "desc: COMMIT" in line)
 
 
 # ---------------------------------------------------------------------------- processes
@@ -309,6 +332,10 @@ class Workers:
                 return
             time.sleep(0.1)
         raise RuntimeError("ledger worker did not start")
+
+    def cpu(self) -> float:
+        """CPU seconds of the worker processes and the sandboxes they run."""
+        return cpu_seconds([p.pid for p in self.processes])
 
     def stop(self) -> None:
         for p in self.processes:

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import psycopg
 
 from . import loadgen
-from .env import Client, RoundTrips, Server, Statements, Workers
+from .env import Client, DurableCommits, RoundTrips, Server, Statements, Workers
 from .fixtures import CREATE_TOOL, INVOKE, READ, Fixtures
 
 APP_ROLE = "ledger_app"
@@ -179,9 +179,13 @@ def call_tree_floor(fx: Fixtures, *, reads: int = 1000, repeats: int = 5) -> dic
             "min_ms": round(min(times) * 1000, 1)}
 
 
-def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, jobs: int = 1000) -> dict:
+def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, jobs: int = 1000,
+          triggers: int = 0) -> dict:
     """`jobs` no-op executions started in one transaction; the time from its commit until every one is
-    SUCCEEDED, and each one's latency (its invocation's finish minus the commit)."""
+    SUCCEEDED, each one's latency (its invocation's finish minus the commit), and the durable commits the
+    workers made meanwhile (COMMIT records in the WAL, per execution). With `triggers`, that many enabled
+    triggers on `financial.ActionExecution.updated` are defined first (each for another action, so that
+    none fires): every status change is matched against them, in the transaction that makes it."""
     from ledger.wiring import open_services
     from ledger.auth.clients import client_layer, load_principal
     from ledger.config import Settings
@@ -190,21 +194,28 @@ def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, 
     from ledger.scope import Scope
 
     services = open_services(Settings(database_url=fx.database_url, pool_min=1, pool_max=1), fx.database_url)
+    wal = DurableCommits(stats.cluster)
     try:
         claims = {"tenant": str(fx.tenant_id), "sub": str(fx.client_id), "iat": int(time.time())}
         deadline = time.monotonic() + 600
-        ids = [uuid.uuid4() for _ in range(jobs)]
-        with psycopg.connect(fx.database_url, autocommit=True) as poll:
+
+        def in_scope(work):
             with services.db.transaction(fx.tenant_id, deadline=deadline) as conn:
                 principal, policies = load_principal(conn, fx.tenant_id, fx.client_id, claims)
-                scope = Scope(conn=conn, principal=principal, chain=Chain((client_layer(principal, policies),)),
-                              services=services, deadline=deadline)
-                for execution_id in ids:
-                    start_action(scope, uuid.UUID(fx.noop_tool), execution_id, None, {}, None)
+                return work(Scope(conn=conn, principal=principal, chain=Chain((client_layer(principal, policies),)),
+                                  services=services, deadline=deadline))
+
+        trigger_ids = in_scope(lambda scope: _execution_triggers(scope, fx, triggers)) if triggers else []
+        ids = [uuid.uuid4() for _ in range(jobs)]
+        with psycopg.connect(fx.database_url, autocommit=True) as poll:
+            in_scope(lambda scope: [start_action(scope, uuid.UUID(fx.noop_tool), execution_id, None, {}, None)
+                                    for execution_id in ids])
             committed = time.perf_counter()
             committed_at = datetime.datetime.now(datetime.timezone.utc)
             stats.reset()
             trips = rt.total() - 0
+            wal_start = wal.position()
+            cpu_start = workers.cpu()
             done = 0
             while done < jobs:
                 time.sleep(0.01)
@@ -213,6 +224,8 @@ def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, 
                 if time.perf_counter() - committed > 600:
                     raise RuntimeError("the ledger workers did not finish in 10 minutes")
             elapsed = time.perf_counter() - committed
+            cpu = workers.cpu() - cpu_start
+            commits = wal.since(wal_start)
             statements = stats.count(APP_ROLE)
             trips = rt.total() - trips
             failed = poll.execute("SELECT count(*) FROM executions WHERE tenant_id = %s AND id = ANY(%s)"
@@ -220,13 +233,32 @@ def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, 
             finished = [r[0] for r in poll.execute(
                 "SELECT finished_at FROM invocations WHERE tenant_id = %s AND execution_id = ANY(%s)"
                 " ORDER BY finished_at", (fx.tenant_id, ids)).fetchall()]
+        if trigger_ids:
+            from ledger.actions.triggers import delete_trigger
+
+            in_scope(lambda scope: [delete_trigger(scope, trigger_id) for trigger_id in trigger_ids])
     finally:
         services.close()
     latencies = sorted(max(0.0, (f - committed_at).total_seconds() * 1000) for f in finished)
     return {"jobs": jobs, "failed": failed, "seconds": round(elapsed, 3), "jobs_per_s": round(jobs / elapsed, 1),
             "p50_ms": round(latencies[len(latencies) // 2], 1) if latencies else None,
             "p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 1) if latencies else None,
-            "statements_per_job": round(statements / jobs, 1), "roundtrips_per_job": round(trips / jobs, 1)}
+            "statements_per_job": round(statements / jobs, 1), "roundtrips_per_job": round(trips / jobs, 1),
+            "durable_commits_per_job": round(commits / jobs, 2), "triggers": triggers,
+            "worker_cpu_ms_per_job": round(cpu * 1000 / jobs, 2)}
+
+
+def _execution_triggers(scope, fx: Fixtures, count: int) -> list[uuid.UUID]:
+    """`count` enabled triggers on `financial.ActionExecution.updated` of another action (none fires)."""
+    from ledger.actions.triggers import create_trigger
+
+    other = str(uuid.uuid4())  # no action has this id: the condition is evaluated, and false
+    ids = [uuid.uuid4() for _ in range(count)]
+    for i, trigger_id in enumerate(ids):
+        create_trigger(scope, trigger_id, {
+            "name": f"bench_execution_{i}", "event": "financial.ActionExecution.updated", "actionId": uuid.UUID(fx.noop_tool),
+            "condition": f'event.record.action_id == "{other}" && event.record.status == "SUCCEEDED"'})
+    return ids
 
 
 def policy(n: int = 20_000) -> dict:
