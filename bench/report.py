@@ -54,6 +54,18 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def _commits(queue: dict) -> str:
+    """A queued execution's durable commits (COMMIT records in the WAL), alone and with triggers defined."""
+    if queue.get("durable_commits_per_job") is None:
+        return ""
+    text = f", {_f(queue['durable_commits_per_job'], 2)} durable commits per execution"
+    triggered = queue.get("with_triggers") or {}
+    if triggered.get("durable_commits_per_job") is not None:
+        text += (f" ({_f(triggered['durable_commits_per_job'], 2)} with {triggered['triggers']} triggers on"
+                 f" ActionExecution.updated: {_f(triggered['roundtrips_per_job'])} round trips)")
+    return text
+
+
 def details(results: dict) -> str:
     rows = results["rows"]
     out = []
@@ -71,7 +83,7 @@ def details(results: dict) -> str:
         anchor = row.get("anchor_statements")
         if value is not None:
             rt.append(f"{label} {_f(trips)} round trips / {_f(value)} statements"
-                      + (f" (anchor: {_f(anchor)} statements)" if anchor is not None else ""))
+                      + (f" (anchor: {_f(anchor)} statements)" if anchor is not None else "") + _commits(ledger))
     if rt:
         out.append("- Database work per call: round trips counted in the server processes (a hook on psycopg: a"
                    " statement, or one pipeline of them; the pool's connection check included), and statements"

@@ -233,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                               roundtrips=rt)
             running.append(workers)
             m["queue"] = workloads.queue(fx, workers, stats, rt, jobs=args.queue_jobs)
+            log(f"[{name}] queue again, with 10 triggers on financial.ActionExecution.updated (none firing)")
+            m["queue"]["with_triggers"] = workloads.queue(fx, workers, stats, rt, jobs=args.queue_jobs, triggers=10)
             workers.stop()
             running.remove(workers)
             measured[name] = m
