@@ -332,6 +332,10 @@ class Workers:
             time.sleep(0.1)
         raise RuntimeError("ledger worker did not start")
 
+    def cpu(self) -> float:
+        """CPU seconds of the worker processes and the sandboxes they run."""
+        return cpu_seconds([p.pid for p in self.processes])
+
     def stop(self) -> None:
         for p in self.processes:
             p.stop()

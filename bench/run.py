@@ -577,7 +577,7 @@ def build_rows(current: dict, before: dict | None, medians: dict, errors: dict, 
         row = _row(
             "queue (no-op executions, enqueue commit → SUCCEEDED) vs graphile-worker", q,
             f"{q['jobs_per_s']:,.0f} executions/s ({q['jobs']:,} in {q['seconds']:.2f} s; p50 {q['p50_ms']:,.0f} ms,"
-            f" p99 {q['p99_ms']:,.0f} ms after the commit)",
+            f" p99 {q['p99_ms']:,.0f} ms after the commit{_worker_cpu(q)})",
             gw, (f"graphile-worker 0.17.3, 2 processes × concurrency 4: {gw['jobs_per_s']:,.0f} jobs/s"
                  f" ({gw['jobs']:,} in {gw['seconds']:.2f} s)") if gw else None,
             q["jobs_per_s"] / gw["jobs_per_s"] if gw else None, QUEUE_GOAL, f">= {QUEUE_GOAL}x graphile-worker",
@@ -591,7 +591,7 @@ def build_rows(current: dict, before: dict | None, medians: dict, errors: dict, 
         if qt:
             row = _row(
                 "queue, a trigger on execution status changes defined (never true)", qt,
-                f"{qt['jobs_per_s']:,.0f} executions/s ({qt['jobs']:,} in {qt['seconds']:.2f} s)", q,
+                f"{qt['jobs_per_s']:,.0f} executions/s ({qt['jobs']:,} in {qt['seconds']:.2f} s{_worker_cpu(qt)})", q,
                 f"the queue above, no trigger: {q['jobs_per_s']:,.0f} executions/s",
                 qt["jobs_per_s"] / q["jobs_per_s"] if q["jobs_per_s"] else None, 0, "(reported)",
                 errors.get("queue with a trigger (current)"),
@@ -673,6 +673,11 @@ def _trips(measured: dict, key: str, goal: float | None = None) -> dict | None:
     if value is None:
         return None
     return {"value": value, "goal": goal, "met": value <= goal if goal is not None else None}
+
+
+def _worker_cpu(run: dict) -> str:
+    cpu = run.get("worker_cpu_ms_per_job")  # a baseline's harness may not measure it
+    return f"; the workers' CPU {cpu:.1f} ms per execution" if cpu is not None else ""
 
 
 def _median_run(runs: list[dict], metric: str) -> dict | None:

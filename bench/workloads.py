@@ -223,6 +223,7 @@ def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, 
                               services=services, deadline=deadline)
                 for execution_id in ids:
                     start_action(scope, uuid.UUID(fx.noop_tool), execution_id, None, {}, None)
+            cpu_start = workers.cpu()
             committed = time.perf_counter()
             committed_at = datetime.datetime.now(datetime.timezone.utc)
             stats.reset()
@@ -235,6 +236,7 @@ def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, 
                 if time.perf_counter() - committed > 600:
                     raise RuntimeError("the ledger workers did not finish in 10 minutes")
             elapsed = time.perf_counter() - committed
+            cpu = workers.cpu() - cpu_start
             statements = stats.count(APP_ROLE)
             trips = rt.total() - trips
             durable = commits.since(wal_start) - 1 if commits is not None else None
@@ -250,7 +252,8 @@ def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, 
             "p50_ms": round(latencies[len(latencies) // 2], 1) if latencies else None,
             "p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], 1) if latencies else None,
             "statements_per_job": round(statements / jobs, 1), "roundtrips_per_job": round(trips / jobs, 1),
-            "durable_commits_per_job": round(durable / jobs, 2) if durable is not None else None}
+            "durable_commits_per_job": round(durable / jobs, 2) if durable is not None else None,
+            "worker_cpu_ms_per_job": round(cpu * 1000 / jobs, 2)}
 
 
 def policy(n: int = 20_000) -> dict:

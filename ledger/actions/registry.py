@@ -99,14 +99,24 @@ def load_action(scope: Scope, action_id: uuid.UUID, version: int | None = None) 
         return natives.native_record(native_name) if version in (None, 1) else None
     # The header and the version in one statement (one round trip).
     row = scope.one(
-        f"SELECT {_HEADER}, v.version AS v_version, v.definition AS v_definition, v.enabled AS v_enabled,"
-        " v.created_at AS v_created_at FROM actions a LEFT JOIN action_versions v"
-        " ON v.tenant_id = a.tenant_id AND v.action_id = a.id AND v.version = coalesce(%s, a.latest_version)"
-        " WHERE a.tenant_id = %s AND a.id = %s",
+        f"{ACTION_AT_VERSION} ON v.tenant_id = a.tenant_id AND v.action_id = a.id"
+        " AND v.version = coalesce(%s, a.latest_version) WHERE a.tenant_id = %s AND a.id = %s",
         (version, scope.tenant_id, action_id),
     )
+    return action_of_row(row)
+
+
+# The action's header joined to one of its versions (`v`): the caller adds the ON and WHERE clauses, so
+# that it can read an action in the same statement or pipeline as what names it (a queued execution).
+ACTION_AT_VERSION = (f"SELECT {_HEADER}, v.version AS v_version, v.definition AS v_definition, v.enabled AS v_enabled,"
+                     " v.created_at AS v_created_at FROM actions a LEFT JOIN action_versions v")
+
+
+def action_of_row(row: dict | None) -> dict | None:
+    """The record of a row read with ACTION_AT_VERSION (None: no such action, or no such version)."""
     if row is None or row["v_version"] is None:
         return None
+    row = dict(row)
     version_row = {"version": row.pop("v_version"), "definition": row.pop("v_definition"),
                    "enabled": row.pop("v_enabled"), "created_at": row.pop("v_created_at")}
     return _record(row, version_row)

@@ -1,5 +1,9 @@
-"""One attempt of a started execution: marked RUNNING, run in a transaction of its own, then finished
-(recorded, and retried with backoff, failed for good or cancelled) while its claim still holds."""
+"""One attempt of a started execution (the claim marked it RUNNING: queue/claims.py), run in a transaction
+of its own and finished in that same transaction (recorded, and retried with backoff, failed for good or
+cancelled) while its claim still holds: one durable commit per attempt.
+
+Its reads go to the server together, with the transaction's BEGIN (one round trip): the queue row, the
+execution, the starter's client and the action; its last writes go with the fence (one more)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ from psycopg.types.json import Jsonb
 
 from ..actions.lifecycle import settle_pending_lifecycle
 from ..actions.mcp_servers import load_server_for_task, server_layer
-from ..actions.registry import load_action
+from ..actions import natives
+from ..actions.registry import ACTION_AT_VERSION, action_of_row, load_action
 from ..auth.clients import client_layer
 from ..db.retry import retry_lost_races
 from ..executions.engine import run_call
@@ -26,7 +31,7 @@ from ..metrics import call_finished, json_size, observe_tree
 from ..policy.chain import Chain
 from ..policy.principal import Principal
 from ..scope import Scope
-from .claims import Job, cancel_requested_now, fence, release
+from .claims import QUEUE_ROW, Job, LeaseLost, fence, fence_statement, held, release
 from .triggers import TRIGGERS_VERSION_COLUMN, remember_version
 
 TERMINAL_CODES = {"action_input_invalid", "action_access_denied", "action_call_limit_exceeded",
@@ -43,45 +48,52 @@ def backoff_seconds(base: float, attempt: int) -> float:
     return min(MAX_BACKOFF_SECONDS, base * (2 ** max(0, attempt - 1)))
 
 
-# Its record's columns, and the starter's claims that its authority carries over from; and the tenant's
-# trigger version in the same statement (queue/triggers.py), for the events the status change raises.
-_ATTEMPT_COLUMNS = f"{EXECUTION_COLUMNS}, client_claims, planned_action_id, {TRIGGERS_VERSION_COLUMN}"
+# The attempt's reads, in the pipeline of its BEGIN: the queue row (its lease token, a pending cancel); the
+# execution with the starter's claims and client row, and the tenant's trigger version (queue/triggers.py)
+# for the events of its status change; and the action at the execution's version.
+_EXECUTION_READ = (
+    "SELECT " + ", ".join(f"e.{column.strip()}" for column in EXECUTION_COLUMNS.split(","))
+    + ", e.client_claims, e.planned_action_id, c.id AS client_row_id, c.name AS client_name,"
+    f" c.enabled AS client_enabled, c.policies AS client_policies, {TRIGGERS_VERSION_COLUMN}"
+    " FROM executions e LEFT JOIN clients c ON c.tenant_id = e.tenant_id AND c.id = e.client_id"
+    " WHERE e.tenant_id = %s AND e.id = %s")
+_ACTION_READ = (f"{ACTION_AT_VERSION} ON v.tenant_id = a.tenant_id AND v.action_id = a.id AND v.version ="
+                " (SELECT e.action_version FROM executions e WHERE e.tenant_id = %(t)s AND e.id = %(e)s)"
+                " WHERE a.tenant_id = %(t)s AND a.id ="
+                " (SELECT e.action_id FROM executions e WHERE e.tenant_id = %(t)s AND e.id = %(e)s)")
+
+
+def _reads(job: Job) -> list[tuple[str, tuple]]:
+    return [(QUEUE_ROW, (job.tenant_id, job.execution_id)),
+            (_EXECUTION_READ, (job.tenant_id, job.execution_id)),
+            (_ACTION_READ, {"t": job.tenant_id, "e": job.execution_id})]
 
 
 def run_attempt(services: Any, job: Job) -> str:
-    """Run one attempt; returns 'succeeded', 'failed', 'retry' or 'cancelled'."""
+    """Run one attempt; returns 'succeeded', 'failed', 'retry', 'cancelled' or 'stale'."""
     deadline = time.monotonic() + services.settings.max_request_timeout
-    # 1. Mark it RUNNING in a short transaction of its own, so that readers see it.
-    with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
-        queue_row = fence(conn, job)
-        execution = conn.execute(f"SELECT {_ATTEMPT_COLUMNS} FROM executions WHERE tenant_id = %s AND id = %s",
-                                 (job.tenant_id, job.execution_id)).fetchone()
-        if execution is None or execution["status"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            release(conn, job, retry_in=None)
-            return "stale"
-        cancel_first = queue_row["cancel_requested"]
-        attempt = execution["attempts"] + 1
-        if not cancel_first:
-            conn.execute("UPDATE executions SET status = 'RUNNING', attempts = %s, updated_at = now()"
-                         " WHERE tenant_id = %s AND id = %s", (attempt, job.tenant_id, job.execution_id))
-            raise_execution_event(_system_scope(services, conn, execution, deadline), "updated",
-                                  {**execution, "status": "RUNNING", "attempts": attempt},
-                                  previous_status=execution["status"])
-    if cancel_first:
-        return _finish_cancelled(services, job, execution, deadline)
-
-    # 2. The attempt itself, in its own transaction, committed only while the lease holds. A transaction
-    #    that lost a race (a concurrent transfer on the same account) is run again at once, as the server
-    #    does with a request, instead of waiting for the lease to lapse.
+    # The attempt, in its own transaction, committed only while the lease holds. A transaction that lost
+    # a race (a concurrent transfer on the same account, a cancel made while it ran) is run again at once,
+    # as the server does with a request, instead of waiting for the lease to lapse.
     runs: list[dict] = []
 
     def attempt_once() -> str:
         started_at = datetime.datetime.now(datetime.timezone.utc)
         runs.append({})  # this run's request_state: whether it called a model
+        execution = None
         try:
-            with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
+            with services.db.transaction(job.tenant_id, deadline=deadline, first=_reads(job)) as conn:
+                queue_row, execution, action_row = conn.ledger_first
+                held(queue_row, job)
+                if execution is None or execution["status"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                    release(conn, job, retry_in=None)
+                    return "stale"
+                execution = dict(execution)
+                if queue_row["cancel_requested"] or job.cancel:
+                    raise Cancelled()
+                attempt = execution["attempts"]  # the claim counted this attempt
                 # The starter's client row, read once for the authority check, the scope and the finish.
-                client = _client(conn, execution)
+                client = _client_of(execution)
                 if execution["planned_action_id"] is not None:
                     scope, denial = _as_confirmed(services, conn, execution, deadline, client)
                 else:
@@ -89,7 +101,8 @@ def run_attempt(services: Any, job: Job) -> str:
                     scope = _scope_for(services, conn, execution, deadline, client)
                     scope, denial = _through_server(scope, execution, denial)
                 runs[-1] = scope.request_state  # whether this run called a model, kept past its transaction
-                record = load_action(scope, execution["action_id"], execution["action_version"])
+                record = (load_action(scope, execution["action_id"], execution["action_version"])
+                          if execution["action_id"] in natives.NATIVE_BY_ID else action_of_row(action_row))
                 update_call(action=record["name"] if record else None)
                 if denial is not None or record is None:
                     code, message, hint = denial or ("action_failure", "the action version no longer exists", None)
@@ -105,18 +118,29 @@ def run_attempt(services: Any, job: Job) -> str:
                 finally:
                     tree.close()
                 observe_tree(len(tree.pending))
-                if job.cancel or cancel_requested_now(services, job):
+                # A cancel the heartbeat saw; one made later makes the fence fail (queue/claims.py), and
+                # the run that follows finds it before running the program.
+                if job.cancel:
                     raise Cancelled()
                 if len(tree.pending) > 1:  # the calls it made (the execution itself is written by _finish)
                     flush(scope, tree.pending[1:], above=(pending,))
                 return _finish(conn, services, job, execution, attempt, record, pending, started_at, scope=scope)
         except Cancelled:
-            return _finish_cancelled(services, job, execution, deadline, started_at)
+            return _finish_cancelled(services, job, execution, deadline,
+                                     started_at if job.started else None)
 
     # An attempt that called a model is not run again at once (DESIGN 13): it is cut short, and the
     # execution's next attempt (after its lease lapses) is a new turn.
     return retry_lost_races(attempt_once, retries=services.settings.race_retries, deadline=deadline,
                             may_retry=lambda: not job.lost and not model_was_called(runs[-1]))
+
+
+def _client_of(execution: dict) -> dict | None:
+    """The starter's client row, as read with the execution."""
+    if execution["client_row_id"] is None:
+        return None
+    return {"name": execution["client_name"], "enabled": execution["client_enabled"],
+            "policies": execution["client_policies"], "triggers_version": execution["triggers_version"]}
 
 
 _UNREAD = object()
@@ -194,19 +218,40 @@ def _scope_for(services: Any, conn: psycopg.Connection, execution: dict, deadlin
     return scope
 
 
-def _system_scope(services: Any, conn: psycopg.Connection, execution: dict, deadline: float) -> Scope:
+def raise_started_events(services: Any, conn: psycopg.Connection, claimed: list[dict]) -> None:
+    """The events of the claim's status changes (QUEUED or RUNNING to RUNNING), raised in the claim's
+    transaction. Only tenants that ever wrote a trigger are read (their executions, under their tenant)."""
+    by_tenant: dict[Any, list[dict]] = {}
+    for row in claimed:
+        if row["started"] and row["triggers_version"] is not None:
+            by_tenant.setdefault(row["tenant_id"], []).append(row)
+    for tenant_id, rows in by_tenant.items():
+        with conn.pipeline():
+            conn.execute("SELECT set_config('ledger.tenant_id', %s, true)", (str(tenant_id),))
+            cursor = conn.execute(f"SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = %s AND id = ANY(%s)",
+                                  (tenant_id, [row["execution_id"] for row in rows]))
+        executions = {execution["id"]: execution for execution in cursor.fetchall()}
+        for row in rows:
+            execution = executions.get(row["execution_id"])
+            if execution is not None:
+                scope = _system_scope(services, conn, execution, row["triggers_version"])
+                raise_execution_event(scope, "updated", execution, previous_status=row["previous_status"])
+
+
+def _system_scope(services: Any, conn: psycopg.Connection, execution: dict, triggers_version: int) -> Scope:
     """The scope of the queue's own writes to an execution (marking it RUNNING): no caller's authority is
     needed or granted (an empty chain allows nothing), only the events those writes raise."""
     principal = Principal(execution["tenant_id"], execution["client_id"], "queue", {})
-    scope = Scope(conn=conn, principal=principal, chain=Chain(()), services=services, deadline=deadline,
-                  trigger_depth=execution["trigger_depth"])
-    remember_version(scope, execution["triggers_version"])
+    scope = Scope(conn=conn, principal=principal, chain=Chain(()), services=services,
+                  deadline=time.monotonic() + 30, trigger_depth=execution["trigger_depth"])
+    remember_version(scope, triggers_version)
     return scope
 
 
 def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, attempt: int, record: dict | None,
             pending: Any, started_at: datetime.datetime, error: dict | None = None, scope: Scope | None = None) -> str:
-    fence(conn, job)
+    """Record the attempt and its outcome, and give the queue row up, in the attempt's transaction: the
+    fence and these writes go to the server together (one round trip)."""
     finished_at = datetime.datetime.now(datetime.timezone.utc)
     if pending is not None:
         error = pending.error
@@ -215,14 +260,6 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
         output, tools, logs, usage = None, [], [], None
     duration_ms = (finished_at - started_at).total_seconds() * 1000
     output_bytes = json_size(output if output is not None or error is None else error)
-    conn.execute(
-        "INSERT INTO invocations (tenant_id, execution_id, attempt, input, output, error, tools, logs, started_at,"
-        " finished_at, duration_ms, output_bytes, usage)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (job.tenant_id, job.execution_id, attempt, record_json(execution["input"]), record_json(output),
-         record_json(error) if error else None, record_json(tools), record_json(logs), started_at, finished_at,
-         duration_ms, output_bytes, record_json(usage) if usage else None),
-    )
     settings = (record or {}).get("execution") or {}
     max_attempts = int(settings.get("maxAttempts") or 3)
     if error is None:
@@ -231,29 +268,56 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
         status, outcome = "FAILED", "failed"
     else:
         status, outcome = "QUEUED", "retry"
-    conn.execute("UPDATE executions SET status = %s, updated_at = now() WHERE tenant_id = %s AND id = %s",
-                 (status, job.tenant_id, job.execution_id))
-    raise_execution_event(scope or _scope_for(services, conn, execution, time.monotonic() + 30), "updated",
-                          {**execution, "status": status, "attempts": attempt}, error, previous_status="RUNNING")
+    with conn.pipeline():
+        # The fence first: a lost lease, or a cancel made meanwhile, fails the block before it ends.
+        fenced = conn.execute(*fence_statement(job))
+        conn.execute(
+            "INSERT INTO invocations (tenant_id, execution_id, attempt, input, output, error, tools, logs, started_at,"
+            " finished_at, duration_ms, output_bytes, usage)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (job.tenant_id, job.execution_id, attempt, record_json(execution["input"]), record_json(output),
+             record_json(error) if error else None, record_json(tools), record_json(logs), started_at, finished_at,
+             duration_ms, output_bytes, record_json(usage) if usage else None),
+        )
+        conn.execute("UPDATE executions SET status = %s, updated_at = now() WHERE tenant_id = %s AND id = %s",
+                     (status, job.tenant_id, job.execution_id))
+        if outcome == "retry":
+            release(conn, job, retry_in=backoff_seconds(float(settings.get("backoffSeconds", 1.0)), attempt))
+            lifecycle = None
+        else:
+            release(conn, job, retry_in=None)
+            # Locked whatever it holds, so that a concurrent disable or delete meets this finish (its
+            # update waits for this commit; one made first fails this lock as a lost race), and settled
+            # below only when one is pending (actions/lifecycle.py). A share lock: finishes of one action
+            # no longer queue behind one another, each holding the action's row through its commit.
+            lifecycle = conn.execute("SELECT pending FROM actions WHERE tenant_id = %s AND id = %s FOR SHARE",
+                                     (job.tenant_id, execution["action_id"]))
+    fenced_row = held(fenced.fetchone(), job)
+    if fenced_row["cancel_requested"]:
+        raise Cancelled()
+    scope = scope or _scope_for(services, conn, execution, time.monotonic() + 30)
+    raise_execution_event(scope, "updated", {**execution, "status": status, "attempts": attempt}, error,
+                          previous_status="RUNNING")
     call_finished(job.tenant_id, execution_id=job.execution_id, root_execution_id=job.execution_id,
                   action=(record or {}).get("name") or current_call().get("action"), action_version=execution["action_version"],
                   status="FAILED" if error else "SUCCEEDED", error=error, duration_ms=duration_ms,
                   output_bytes=output_bytes, attempt=attempt, depth=0, kind=(record or {}).get("kind"))
-    if outcome == "retry":
-        release(conn, job, retry_in=backoff_seconds(float(settings.get("backoffSeconds", 1.0)), attempt))
-    else:
-        release(conn, job, retry_in=None)
-        settle_pending_lifecycle(scope or _scope_for(services, conn, execution, time.monotonic() + 30),
-                                 execution["action_id"])
+    if lifecycle is not None:
+        row = lifecycle.fetchone()
+        if row is not None and row["pending"] is not None:
+            settle_pending_lifecycle(scope, execution["action_id"])
     return outcome
 
 
 def _finish_cancelled(services: Any, job: Job, execution: dict, deadline: float,
                       started_at: datetime.datetime | None = None) -> str:
+    """Record the cancel in a transaction of its own (the attempt's rolled back). `started_at`: when the
+    attempt began, if the claim had marked it RUNNING (else it goes from its status as it was)."""
     with services.db.transaction(job.tenant_id, deadline=deadline) as conn:
         fence(conn, job)
-        attempt = execution["attempts"] + 1
+        attempt = execution["attempts"] if job.started else execution["attempts"] + 1
         now = datetime.datetime.now(datetime.timezone.utc)
+        previous_status = "RUNNING" if started_at is not None else execution["status"]
         started_at = started_at or now
         error = {"code": "cancelled", "message": "the execution was cancelled", "hint": None}
         duration_ms, output_bytes = (now - started_at).total_seconds() * 1000, json_size(error)
@@ -271,6 +335,6 @@ def _finish_cancelled(services: Any, job: Job, execution: dict, deadline: float,
         release(conn, job, retry_in=None)
         scope = _scope_for(services, conn, execution, deadline)
         raise_execution_event(scope, "updated", {**execution, "status": "CANCELLED", "attempts": attempt}, error,
-                              previous_status="RUNNING" if started_at is not None else execution["status"])
+                              previous_status=previous_status)
         settle_pending_lifecycle(scope, execution["action_id"])
     return "cancelled"

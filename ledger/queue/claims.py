@@ -1,6 +1,8 @@
 """Claiming started executions, and holding the claim: the lease, the fence, giving the queue row up.
 
-- Claims run as one statement (`ledger_claim_executions`: UPDATE ... FOR UPDATE SKIP LOCKED), in batches.
+- A claim is one statement (`ledger_claim_and_start`: UPDATE ... FOR UPDATE SKIP LOCKED), in batches, that
+  also marks its executions RUNNING (the status change's events are raised in the claim's transaction)
+  and drops the leases of the attempts its worker finished since its last claim.
 - Every claim carries a lease the worker renews. A worker that dies stops renewing; its lease lapses
   within `lease_seconds` and another worker claims the execution again.
 - The attempt commits only while its lease token still holds the queue row (the fence): an attempt whose
@@ -12,13 +14,10 @@ from __future__ import annotations
 import datetime
 import threading
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import psycopg
-
-# The advisory lock claims take turns on ("claim" in ASCII).
-_CLAIM_LOCK = 0x636C61696D
 
 
 class LeaseLost(Exception):
@@ -35,44 +34,68 @@ class Job:
     lease_token: uuid.UUID
     run_at: datetime.datetime
     lease_seconds: float = 10.0
+    # Whether the claim marked it RUNNING with one more attempt (not when a cancel was pending).
+    started: bool = True
     lost: bool = False
     cancel: bool = False
     done: threading.Event = field(default_factory=threading.Event)
 
 
-def claim(conn: psycopg.Connection, worker: str, batch: int, lease_seconds: float) -> list[dict]:
-    """Claim up to `batch` due executions for `worker` (an autocommit connection).
+def claim(conn: psycopg.Connection, worker: str, batch: int, lease_seconds: float, *,
+          finished: Sequence[uuid.UUID] = (), on_started: Callable[[psycopg.Connection, list[dict]], None] | None = None,
+          ) -> list[dict]:
+    """Claim up to `batch` due executions for `worker` and mark them RUNNING, in one transaction of an
+    autocommit connection; `finished`: the leases of attempts the worker finished, dropped with it.
 
-    Claims take turns. Two at once could both claim one execution: the second, finding the row just
-    claimed (READ COMMITTED re-checks a locked row's new version), re-evaluates "no live lease" against
-    its own older snapshot, which does not hold the first one's lease yet. After the lock, a claim is a
-    statement of its own, so it sees every claim before it.
+    READ COMMITTED, so that a claim skips (never fails on) rows a concurrent claim took, and needs no lock
+    of its own: see `ledger_lease_held`. `on_started(conn, rows)` runs before the commit, to raise the
+    events of the status changes in the transaction that makes them.
     """
-    conn.execute("SELECT pg_advisory_lock(%s)", (_CLAIM_LOCK,))
+    with conn.pipeline():  # BEGIN and the claim in one round trip
+        conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        cursor = conn.execute("SELECT * FROM ledger_claim_and_start(%s, %s, %s, %s)",
+                              (worker, batch, lease_seconds, list(finished)))
     try:
-        return conn.execute("SELECT * FROM ledger_claim_executions(%s, %s, %s)",
-                            (worker, batch, lease_seconds)).fetchall()
-    finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (_CLAIM_LOCK,))
+        rows = cursor.fetchall()
+        if on_started is not None and rows:
+            on_started(conn, rows)
+        conn.execute("COMMIT")
+    except BaseException:
+        if not conn.closed:
+            conn.execute("ROLLBACK")
+        raise
+    return rows
 
 
-def fence(conn: psycopg.Connection, job: Job) -> dict:
-    """Lock our queue row; raise LeaseLost unless our lease token still holds it."""
-    row = conn.execute(
-        "SELECT q.lease_token, coalesce(l.cancel_requested, false) AS cancel_requested FROM execution_queue q"
-        " LEFT JOIN execution_leases l ON l.lease_token = q.lease_token"
-        " WHERE q.tenant_id = %s AND q.execution_id = %s FOR UPDATE OF q",
-        (job.tenant_id, job.execution_id)).fetchone()
+# The queue row as an attempt sees it; the fence locks it.
+QUEUE_ROW = "SELECT lease_token, cancel_requested FROM execution_queue WHERE tenant_id = %s AND execution_id = %s"
+
+
+def fence_statement(job: Job) -> tuple[str, tuple]:
+    """The fence's statement, to be pipelined with the attempt's last writes; check its row with `held`."""
+    return QUEUE_ROW + " FOR UPDATE", (job.tenant_id, job.execution_id)
+
+
+def held(row: dict | None, job: Job) -> dict:
+    """Raise LeaseLost unless our lease token still holds the queue row (as read or locked)."""
     if row is None or row["lease_token"] != job.lease_token or job.lost:
         raise LeaseLost()
     return row
 
 
+def fence(conn: psycopg.Connection, job: Job) -> dict:
+    """Lock our queue row; raise LeaseLost unless our lease token still holds it.
+
+    Under REPEATABLE READ the lock fails as a lost race when the row changed after the attempt's snapshot:
+    another worker claimed it (its lease lapsed), or a cancel was requested meanwhile."""
+    return held(conn.execute(*fence_statement(job)).fetchone(), job)
+
+
 def release(conn: psycopg.Connection, job: Job, *, retry_in: float | None) -> None:
     """Give the queue row up: back to the queue after `retry_in` seconds, or gone for good.
 
-    The lease row is dropped after the commit (`drop_lease`): heartbeats update it while the attempt
-    runs, so touching it inside the attempt's snapshot would be a serialization conflict.
+    The lease row is dropped by the worker's next claim (`claim(finished=...)`): heartbeats update it
+    while the attempt runs, so touching it inside the attempt's snapshot would be a serialization conflict.
     """
     if retry_in is None:
         conn.execute("DELETE FROM execution_queue WHERE tenant_id = %s AND execution_id = %s",
@@ -80,19 +103,11 @@ def release(conn: psycopg.Connection, job: Job, *, retry_in: float | None) -> No
     else:
         conn.execute(
             "UPDATE execution_queue SET run_at = now() + make_interval(secs => %s), lease_token = NULL,"
-            " lease_owner = NULL WHERE tenant_id = %s AND execution_id = %s",
+            " lease_owner = NULL, cancel_requested = false WHERE tenant_id = %s AND execution_id = %s",
             (retry_in, job.tenant_id, job.execution_id),
         )
 
 
-def drop_lease(services: Any, job: Job) -> None:
-    with services.db.transaction(job.tenant_id) as conn:
-        conn.execute("DELETE FROM execution_leases WHERE lease_token = %s", (job.lease_token,))
-
-
-def cancel_requested_now(services: Any, job: Job) -> bool:
-    """A fresh look at the cancel flag: the attempt's own snapshot predates any cancel made while it ran."""
-    with services.db.pool.connection() as conn:
-        row = conn.execute("SELECT cancel_requested FROM ledger_renew_leases(%s, %s)",
-                           ([job.lease_token], job.lease_seconds)).fetchone()
-    return bool(row and row["cancel_requested"])
+def drop_leases(conn: psycopg.Connection, tokens: Sequence[uuid.UUID]) -> None:
+    """Drop finished attempts' leases outside a claim (a worker stopping); an autocommit connection."""
+    conn.execute("SELECT ledger_claim_and_start('', 0, 0, %s)", (list(tokens),))

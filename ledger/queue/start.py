@@ -117,9 +117,14 @@ def cancel_execution(scope: Scope, execution_id: uuid.UUID) -> dict:
         (scope.tenant_id, execution_id),
     )
     if running is not None:
-        # Running: the worker stops at its next check and rolls its writes back.
-        scope.conn.execute("UPDATE execution_leases SET cancel_requested = true WHERE lease_token = %s",
-                           (running["lease_token"],))
+        # Running: the worker stops at its next check and rolls its writes back. Its heartbeat reads the
+        # lease's flag; the queue row's makes the attempt's fence fail (queue/claims.py), so that it
+        # cannot commit past the cancel, and tells its next run not to start.
+        with scope.conn.pipeline():
+            scope.conn.execute("UPDATE execution_leases SET cancel_requested = true WHERE lease_token = %s",
+                               (running["lease_token"],))
+            scope.conn.execute("UPDATE execution_queue SET cancel_requested = true"
+                               " WHERE tenant_id = %s AND execution_id = %s", (scope.tenant_id, execution_id))
         return record_of(row)
     scope.conn.execute("DELETE FROM execution_leases WHERE tenant_id = %s AND execution_id = %s",
                        (scope.tenant_id, execution_id))

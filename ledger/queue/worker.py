@@ -18,13 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 from prometheus_client import Counter, Histogram
 
 from ..errors import Retryable
 from ..logs import bind_call, unbind_call
 from ..metrics import QUEUE_DEPTH
-from .attempts import run_attempt
-from .claims import Job, LeaseLost, claim, drop_lease
+from ..db.pool import APP_ROLE
+from .attempts import raise_started_events, run_attempt
+from .claims import Job, LeaseLost, claim, drop_leases
 from .planned import settle_expired_plans
 from .start import QUEUE_CHANNEL
 
@@ -33,6 +35,9 @@ log = logging.getLogger("ledger.worker")
 CLAIM_LATENCY = Histogram("ledger_queue_claim_latency_seconds", "From run_at (due) to claim")
 ATTEMPTS = Counter("ledger_queue_attempts_total", "Attempts of started executions by outcome", ["outcome"])
 RETRIES = Counter("ledger_queue_retries_total", "Attempts that will be retried")
+
+# How often the queue-depth gauge is read (one count over the whole queue).
+DEPTH_INTERVAL = 1.0
 
 
 class Worker:
@@ -45,6 +50,10 @@ class Worker:
         # How often the worker looks for planned actions past their expiry (DESIGN 14).
         self.expiry_interval = expiry_interval
         self._next_expiry = 0.0
+        self._next_depth = 0.0
+        # The leases of attempts that ended, dropped with the next claim; the claim loop's own connection.
+        self._finished: list[uuid.UUID] = []
+        self._claim_conn: psycopg.Connection | None = None
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._stopping = threading.Event()
         self._wake = threading.Event()
@@ -70,6 +79,15 @@ class Worker:
         self._pool.shutdown(wait=True, cancel_futures=False)
         for thread in self._threads:
             thread.join(timeout=timeout)
+        with self._lock:
+            finished, self._finished = self._finished, []
+        try:
+            if finished:
+                with self.services.db.pool.connection() as conn:
+                    drop_leases(conn, finished)
+        except Exception:  # noqa: BLE001 - left behind, they lapse and the next claim anywhere drops them
+            log.exception("dropping the leases of finished attempts failed")
+        self._close_claim_conn()
 
     def wake(self) -> None:
         self._wake.set()
@@ -100,7 +118,24 @@ class Worker:
                 self._settle_expiry()
             except Exception:  # noqa: BLE001 - the loop must survive database outages
                 log.exception("claiming from the queue failed; retrying")
+                self._close_claim_conn()
                 self._stopping.wait(1.0)
+
+    def _connection(self) -> psycopg.Connection:
+        """The claim loop's own connection: claims come often, and need no pool's check before each."""
+        if self._claim_conn is None or self._claim_conn.closed:
+            conn = psycopg.connect(self.services.db.conninfo, autocommit=True, row_factory=dict_row)
+            conn.execute(f"SET ROLE {APP_ROLE}")
+            self._claim_conn = conn
+        return self._claim_conn
+
+    def _close_claim_conn(self) -> None:
+        conn, self._claim_conn = self._claim_conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
 
     def _settle_expiry(self) -> None:
         if time.monotonic() < self._next_expiry:
@@ -113,14 +148,23 @@ class Worker:
             free = self.concurrency - len(self._running)
         if free <= 0:
             return
-        with self.services.db.pool.connection() as conn:
-            rows = claim(conn, self.name, free, self.lease_seconds)
-            depth = conn.execute("SELECT ledger_queue_depth() AS depth").fetchone()["depth"]
-        QUEUE_DEPTH.set(depth)
+        with self._lock:
+            finished, self._finished = self._finished, []
+        conn = self._connection()
+        try:
+            rows = claim(conn, self.name, free, self.lease_seconds, finished=finished,
+                         on_started=lambda c, claimed: raise_started_events(self.services, c, claimed))
+        except BaseException:
+            with self._lock:
+                self._finished.extend(finished)  # dropped with a later claim
+            raise
+        if time.monotonic() >= self._next_depth:
+            self._next_depth = time.monotonic() + DEPTH_INTERVAL
+            QUEUE_DEPTH.set(conn.execute("SELECT ledger_queue_depth() AS depth").fetchone()["depth"])
         now = datetime.datetime.now(datetime.timezone.utc)
         for row in rows:
             job = Job(row["tenant_id"], row["execution_id"], row["attempt"], row["lease_token"], row["run_at"],
-                      lease_seconds=self.lease_seconds)
+                      lease_seconds=self.lease_seconds, started=row["started"])
             CLAIM_LATENCY.observe(max(0.0, (now - row["run_at"]).total_seconds()))
             with self._lock:
                 self._running[job.lease_token] = job
@@ -162,7 +206,8 @@ class Worker:
                                 tenant=job.tenant_id)
         try:
             outcome = run_attempt(self.services, job)
-            drop_lease(self.services, job)
+            with self._lock:
+                self._finished.append(job.lease_token)
             ATTEMPTS.labels(outcome).inc()
             if outcome == "retry":
                 RETRIES.inc()
