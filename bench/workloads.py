@@ -8,6 +8,7 @@ import json
 import statistics
 import time
 import uuid
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import mcp.types as mcp_types
@@ -217,17 +218,16 @@ def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, 
         with psycopg.connect(fx.database_url, autocommit=True) as poll:
             # Read before the enqueue (the workers claim as soon as it commits): its one commit is taken off.
             wal_start = commits.position() if commits is not None else None
+            trips, cpu_start = rt.total(), workers.cpu()  # the bench's own enqueue is not counted by either
             with services.db.transaction(fx.tenant_id, deadline=deadline) as conn:
                 principal, policies = load_principal(conn, fx.tenant_id, fx.client_id, claims)
                 scope = Scope(conn=conn, principal=principal, chain=Chain((client_layer(principal, policies),)),
                               services=services, deadline=deadline)
                 for execution_id in ids:
                     start_action(scope, uuid.UUID(fx.noop_tool), execution_id, None, {}, None)
-            cpu_start = workers.cpu()
             committed = time.perf_counter()
             committed_at = datetime.datetime.now(datetime.timezone.utc)
             stats.reset()
-            trips = rt.total() - 0
             done = 0
             while done < jobs:
                 time.sleep(0.01)
