@@ -23,13 +23,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphql import (
-    FieldNode, GraphQLError, GraphQLList, GraphQLNonNull, GraphQLObjectType, GraphQLResolveInfo, GraphQLSchema,
+    FieldNode, GraphQLError, GraphQLList, GraphQLNonNull, GraphQLObjectType, GraphQLResolveInfo, GraphQLScalarType,
+    GraphQLSchema,
     OperationDefinitionNode, OperationType, get_operation_ast, is_abstract_type, is_leaf_type, is_list_type,
     is_non_null_type, is_object_type, located_error,
 )
 from graphql.execution.executor import invalid_return_type_error
 from graphql.execution.values import get_argument_values, get_variable_values
 from graphql.pyutils import Path, Undefined, inspect, is_iterable
+from strawberry.relay.types import GlobalID
+from strawberry.types import Info
+from strawberry.types.base import StrawberryList, StrawberryMaybe, StrawberryOptional
 
 _DEFINITION = "strawberry-definition"  # strawberry's back-reference from a GraphQL field to its own field
 
@@ -43,6 +47,9 @@ class _Field:
     definition: Any  # the GraphQLField; None for __typename
     takes_arguments: bool
     selection: tuple["_Field", ...] | None  # the sub-selection of an object (or list of objects) value
+    # How the value is resolved: strawberry's own resolver wrapper (`definition.resolve`), or, for a field
+    # whose arguments are all scalars, a direct call that does what the wrapper would (see _direct).
+    resolve: Any = None
 
 
 @dataclass(frozen=True)
@@ -89,8 +96,55 @@ def _selection(schema: GraphQLSchema, parent: GraphQLObjectType, selection_set: 
         sub = None
         if is_object_type(named):
             sub = _selection(schema, named, node.selection_set)
-        fields.append(_Field(key, node, [node], name, definition, bool(definition.args or node.arguments), sub))
+        fields.append(_Field(key, node, [node], name, definition, bool(definition.args or node.arguments), sub,
+                             _direct(definition, strawberry_field) or _wrapped(definition)))
     return tuple(fields)
+
+
+def _wrapped(definition: Any) -> Any:
+    resolve = definition.resolve
+    return lambda source, info, args: resolve(source, info, **args)
+
+
+def _direct(definition: Any, field: Any) -> Any:
+    """The field's resolver called as strawberry's wrapper calls it, without the wrapper's per-call work
+    (an Info, the argument conversion, the extension chain): None when the field needs that work.
+
+    A field without a resolver reads its attribute (strawberry's `_get_basic_result`). A resolver gets its
+    arguments by their Python names, unchanged: strawberry converts only input types, enums and IDs, and
+    this path takes only other scalars (plain, or optional); `self` is the source, `info` a strawberry
+    Info over graphql-core's, as the wrapper makes it."""
+    resolver = field.base_resolver
+    if resolver is None:
+        python_name, default = field.python_name, field.default_resolver
+        return lambda source, info, args: default(source, python_name)
+    names = []
+    for graphql_name, argument in definition.args.items():
+        own = (argument.extensions or {}).get(_DEFINITION)
+        if own is None:
+            return None
+        type_ = own.type
+        if isinstance(type_, StrawberryMaybe):
+            return None
+        if isinstance(type_, StrawberryOptional):
+            type_ = type_.of_type
+        if type_ is GlobalID or not isinstance(_named(argument.type), GraphQLScalarType) or isinstance(
+                type_, (StrawberryOptional, StrawberryList)):
+            return None
+        names.append((graphql_name, own.python_name))
+    takes_self = resolver.self_parameter is not None
+    given_source = [p.name for p in (resolver.parent_parameter, resolver.root_parameter) if p is not None]
+    info_name = resolver.info_parameter.name if resolver.info_parameter is not None else None
+
+    def call(source: Any, info: GraphQLResolveInfo, args: dict) -> Any:
+        kwargs = {python_name: args[graphql_name] for graphql_name, python_name in names if graphql_name in args}
+        for name in given_source:
+            kwargs[name] = source
+        if info_name is not None:
+            kwargs[info_name] = Info(_raw_info=info, _field=field)
+        return resolver(source, **kwargs) if takes_self else resolver(**kwargs)
+
+    return call
 
 
 def plan(schema: GraphQLSchema, document: Any, operation_name: str | None) -> Plan | None:
@@ -136,7 +190,7 @@ class _Run:
                                   self.plan.operation, self.variables, self.context, self.is_awaitable, None, None)
         try:
             args = get_argument_values(definition, field.node, self.variables) if field.takes_arguments else {}
-            result = definition.resolve(source, info, **args)
+            result = field.resolve(source, info, args)
             return self.complete(return_type, field, info, path, result)
         except Exception as raw_error:
             error = located_error(raw_error, field.nodes, path.as_list())
