@@ -275,7 +275,8 @@ def flush(scope: Scope, pending: list[PendingExecution],
     # now() and both inserts go to the server together: one round trip (a pipeline). Each insert is one
     # statement over arrays (unnest), not a statement per row: a call tree of 1,000 graphql() reads
     # spent more time writing its records row by row than running its reads. JSON goes as text, each
-    # value serialized once (a call's input is both its execution's and its invocation's).
+    # value serialized once (a call's input is both its execution's and its invocation's). The arrays go in
+    # binary (%b): in text, psycopg quotes every element of a text array with a regular expression.
     executions, invocations = [], []
     for p in pending:
         input_json = storable_json(p.input)
@@ -296,9 +297,9 @@ def flush(scope: Scope, pending: list[PendingExecution],
             " SELECT %s, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
             " call_sequence, depth, attempts, client_id, event::jsonb, input::jsonb, session_id, parent_attempt,"
             " rolled_back, mcp_server_id, %s"
-            " FROM unnest(%s::uuid[], %s::uuid[], %s::int[], %s::text[], %s::uuid[], %s::uuid[], %s::int[],"
-            " %s::int[], %s::int[], %s::uuid[], %s::text[], %s::text[], %s::uuid[], %s::int[], %s::bool[],"
-            " %s::uuid[]) AS r(id, action_id, action_version, status, parent_execution_id, root_execution_id,"
+            " FROM unnest(%b::uuid[], %b::uuid[], %b::int[], %b::text[], %b::uuid[], %b::uuid[], %b::int[],"
+            " %b::int[], %b::int[], %b::uuid[], %b::text[], %b::text[], %b::uuid[], %b::int[], %b::bool[],"
+            " %b::uuid[]) AS r(id, action_id, action_version, status, parent_execution_id, root_execution_id,"
             " call_sequence, depth, attempts, client_id, event, input, session_id, parent_attempt, rolled_back,"
             " mcp_server_id)",
             (scope.tenant_id, scope.trigger_depth, *(list(column) for column in zip(*executions))),
@@ -308,8 +309,8 @@ def flush(scope: Scope, pending: list[PendingExecution],
             " started_at, finished_at, duration_ms, output_bytes, usage)"
             " SELECT %s, execution_id, attempt, input::jsonb, output::jsonb, error::jsonb, tools::jsonb,"
             " logs::jsonb, started_at, finished_at, duration_ms, output_bytes, usage::jsonb"
-            " FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],"
-            " %s::timestamptz[], %s::timestamptz[], %s::float8[], %s::int[], %s::text[])"
+            " FROM unnest(%b::uuid[], %b::int[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],"
+            " %b::timestamptz[], %b::timestamptz[], %b::float8[], %b::int[], %b::text[])"
             " AS r(execution_id, attempt, input, output, error, tools, logs, started_at, finished_at,"
             " duration_ms, output_bytes, usage)",
             (scope.tenant_id, *(list(column) for column in zip(*invocations))),
