@@ -104,7 +104,10 @@ def test_a_denial_under_a_non_null_list_nulls_its_parent_the_same(api, planned):
     create_account(api, "usd", "USD")
     reader = as_client(api, [allow(["SELECT"], ["financial.Account.*"]),
                              deny(["SELECT"], ["financial.Transfer.*"])])
-    both_ways(reader, planned, "{ financial { accounts { id transfers { id } } } }")
+    body = both_ways(reader, planned, "{ financial { accounts { id transfers { id } } } }")
+    # [Transfer!]! inside [Account!]! inside a non-null `financial`: the denial nulls the whole answer.
+    assert body["data"] is None
+    assert body["errors"][0]["path"] == ["financial", "accounts", 0, "transfers"]
 
 
 def test_invalid_and_missing_variables_answer_the_same(api, planned):
