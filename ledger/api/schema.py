@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import uuid
 from typing import Optional
 
@@ -624,26 +625,49 @@ class _Schema(strawberry.Schema):
         a small document, paid by every request and every graphql() call of a program. Anything else
         (an empty or broken document, a subscription, a missing operation, options) takes strawberry's
         own path, which reports those cases itself."""
-        from graphql import GraphQLError, OperationType, execute, get_operation_ast
+        from graphql import execute
 
         if query and allowed_operation_types is None and operation_extensions is None:
-            try:
-                document = _parse_document(query)
-            except GraphQLError:
-                document = None
-            if document is not None:
-                operation = get_operation_ast(document, operation_name)
-                if (operation is not None and operation.operation in (OperationType.QUERY, OperationType.MUTATION)
-                        and not _validate_document(self._schema, document, _SPECIFIED_RULES)):
-                    from strawberry.execution import optimized_is_awaitable
-                    from strawberry.types import ExecutionResult
+            prepared = _prepared(self._schema, query, operation_name)
+            if prepared is not None:
+                from strawberry.execution import optimized_is_awaitable
+                from strawberry.types import ExecutionResult
 
-                    result = execute(self._schema, document, root_value=root_value, context_value=context_value,
-                                     variable_values=variable_values, operation_name=operation_name,
-                                     is_awaitable=optimized_is_awaitable)
-                    return ExecutionResult(data=result.data, errors=result.errors)
+                document, plan = prepared
+                if plan is not None and root_value is None:
+                    from . import plans
+
+                    # The plan runs the same resolvers (api/plans.py); None: its variables do not coerce, and
+                    # the full execution reports them (nothing has run).
+                    planned = plans.run(self._schema, plan, context_value, variable_values, optimized_is_awaitable)
+                    if planned is not None:
+                        return ExecutionResult(data=planned[0], errors=planned[1])
+                result = execute(self._schema, document, root_value=root_value, context_value=context_value,
+                                 variable_values=variable_values, operation_name=operation_name,
+                                 is_awaitable=optimized_is_awaitable)
+                return ExecutionResult(data=result.data, errors=result.errors)
         return super().execute_sync(query, variable_values, context_value, root_value, operation_name,
                                     allowed_operation_types, operation_extensions)
+
+
+@functools.lru_cache(maxsize=1024)
+def _prepared(graphql_schema, query: str, operation_name: str | None):
+    """(document, plan or None) of a document that parses, validates and names one query or mutation, by
+    its text (hashing the text is cheaper than hashing the parsed document for the validation cache);
+    None sends the document down strawberry's own path, which reports what is wrong with it."""
+    from graphql import GraphQLError, OperationType, get_operation_ast
+
+    from . import plans
+
+    try:
+        document = _parse_document(query)
+    except GraphQLError:
+        return None
+    operation = get_operation_ast(document, operation_name)
+    if (operation is None or operation.operation not in (OperationType.QUERY, OperationType.MUTATION)
+            or _validate_document(graphql_schema, document, _SPECIFIED_RULES)):
+        return None
+    return document, plans.plan(graphql_schema, document, operation_name)
 
 
 def build_schema() -> strawberry.Schema:

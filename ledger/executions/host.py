@@ -46,6 +46,7 @@ class ToolHost:
         self.tools = tools
         self.deadline = deadline
         self.sequence = 0
+        self._graphql: Scope | None = None
 
     def _next_child(self, target: dict | None = None, name: str | None = None) -> tuple[int, uuid.UUID]:
         """Admit the next call (a tool `target`, called `name`, or a native call) and give it its id."""
@@ -94,8 +95,7 @@ class ToolHost:
         sequence, child_id = self._next_child()
         input = {"document": document, "variables": variables, "operationName": operation_name}
         child = self._native_child("graphql", input, sequence, child_id)
-        # A native child adds no tool frame: writes made through it stay attributed to the calling tool.
-        graphql_scope = replace(self.scope, chain=self.scope.chain.extended(natives.NATIVE_TOOLS["graphql"]["layer"]))
+        graphql_scope = self._graphql_scope()
         errors = None
         # With check=True a failure fails the calling tool (a program cannot catch it), whose own savepoint
         # then rolls back everything this call did: a savepoint of its own (two round trips) is needed
@@ -125,6 +125,14 @@ class ToolHost:
         child.output = {"data": data, "errors": None}
         child.finished_at = now()
         return data if check else {"data": data, "errors": None}
+
+    def _graphql_scope(self) -> Scope:
+        """The scope every graphql() of this program runs under: the program's, with the native tool's layer.
+        A native child adds no tool frame: writes made through it stay attributed to the calling tool. Built
+        once per host (a tree of reads asks for it a thousand times); it holds no decision, only the chain."""
+        if self._graphql is None:
+            self._graphql = replace(self.scope, chain=self.scope.chain.extended(natives.NATIVE_TOOLS["graphql"]["layer"]))
+        return self._graphql
 
     def cel(self, expression: str, variables: dict | None, check: bool) -> Any:
         sequence, child_id = self._next_child()

@@ -1,0 +1,257 @@
+"""A document planned once per text, run without graphql-core's executor on every call.
+
+A program's `graphql()` sends the same few documents again and again (a call tree sends one a thousand
+times); a full execution of each (building an executor, collecting fields, wrapping every resolver in
+strawberry's machinery) cost several times the SELECT it runs. A plan is that work done once: the
+operation's fields, each with its definition, its resolver and how its value completes. Running it
+calls the same resolvers (strawberry's own, so arguments convert and `info` arrives as in a full
+execution), under the same context, chain and transaction: nothing about a result or a decision is
+kept between calls.
+
+A plan covers the documents the ledger's clients and programs send: a query or mutation of fields,
+aliases and `__typename`. Anything else (fragments, directives, introspection, abstract types, async
+resolvers, field extensions) has no plan and runs as a full execution, and so do variables that fail
+to coerce (nothing has run yet then). What runs follows the GraphQL spec exactly as graphql-core does
+(tests/test_graphql_plans.py runs documents both ways and compares, errors included): a resolver's
+error is located at its field, a null propagates to the nearest nullable field, mutation fields run in
+document order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from graphql import (
+    FieldNode, GraphQLError, GraphQLList, GraphQLNonNull, GraphQLObjectType, GraphQLResolveInfo, GraphQLScalarType,
+    GraphQLSchema,
+    OperationDefinitionNode, OperationType, get_operation_ast, is_abstract_type, is_leaf_type, is_list_type,
+    is_non_null_type, is_object_type, located_error,
+)
+from graphql.execution.executor import invalid_return_type_error
+from graphql.execution.values import get_argument_values, get_variable_values
+from graphql.pyutils import Path, Undefined, inspect, is_iterable
+from strawberry.relay.types import GlobalID
+from strawberry.types import Info
+from strawberry.types.base import StrawberryList, StrawberryMaybe, StrawberryOptional
+
+_DEFINITION = "strawberry-definition"  # strawberry's back-reference from a GraphQL field to its own field
+
+
+@dataclass(frozen=True)
+class _Field:
+    key: str  # the response key: the alias, or the field's name
+    node: FieldNode
+    nodes: list  # [node]: what an error is located at and `info.field_nodes`
+    name: str
+    definition: Any  # the GraphQLField; None for __typename
+    takes_arguments: bool
+    selection: tuple["_Field", ...] | None  # the sub-selection of an object (or list of objects) value
+    # How the value is resolved: strawberry's own resolver wrapper (`definition.resolve`), or, for a field
+    # whose arguments are all scalars, a direct call that does what the wrapper would (see _direct).
+    resolve: Any = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    operation: OperationDefinitionNode
+    root_type: GraphQLObjectType
+    fields: tuple[_Field, ...]
+    serially: bool
+
+
+class _Unplannable(Exception):
+    pass
+
+
+def _named(type_: Any) -> Any:
+    while isinstance(type_, (GraphQLNonNull, GraphQLList)):
+        type_ = type_.of_type
+    return type_
+
+
+def _selection(schema: GraphQLSchema, parent: GraphQLObjectType, selection_set: Any) -> tuple[_Field, ...]:
+    fields: list[_Field] = []
+    keys: set[str] = set()
+    for node in selection_set.selections:
+        if not isinstance(node, FieldNode) or node.directives:
+            raise _Unplannable()  # fragments and @skip/@include: the full execution collects those
+        key = node.alias.value if node.alias else node.name.value
+        if key in keys:
+            raise _Unplannable()  # a merged field: the full execution merges
+        keys.add(key)
+        name = node.name.value
+        if name == "__typename":
+            fields.append(_Field(key, node, [node], name, None, False, None))
+            continue
+        if name.startswith("__"):
+            raise _Unplannable()  # introspection
+        definition = parent.fields[name]
+        strawberry_field = (definition.extensions or {}).get(_DEFINITION)
+        if strawberry_field is None or strawberry_field.is_async or strawberry_field.extensions:
+            raise _Unplannable()
+        named = _named(definition.type)
+        if is_abstract_type(named):
+            raise _Unplannable()
+        sub = None
+        if is_object_type(named):
+            sub = _selection(schema, named, node.selection_set)
+        fields.append(_Field(key, node, [node], name, definition, bool(definition.args or node.arguments), sub,
+                             _direct(definition, strawberry_field) or _wrapped(definition)))
+    return tuple(fields)
+
+
+def _wrapped(definition: Any) -> Any:
+    resolve = definition.resolve
+    return lambda source, info, args: resolve(source, info, **args)
+
+
+def _direct(definition: Any, field: Any) -> Any:
+    """The field's resolver called as strawberry's wrapper calls it, without the wrapper's per-call work
+    (an Info, the argument conversion, the extension chain): None when the field needs that work.
+
+    A field without a resolver reads its attribute (strawberry's `_get_basic_result`). A resolver gets its
+    arguments by their Python names, unchanged: strawberry converts only input types, enums and IDs, and
+    this path takes only other scalars (plain, or optional); `self` is the source, `info` a strawberry
+    Info over graphql-core's, as the wrapper makes it."""
+    resolver = field.base_resolver
+    if resolver is None:
+        python_name, default = field.python_name, field.default_resolver
+        return lambda source, info, args: default(source, python_name)
+    names = []
+    for graphql_name, argument in definition.args.items():
+        own = (argument.extensions or {}).get(_DEFINITION)
+        if own is None:
+            return None
+        type_ = own.type
+        if isinstance(type_, StrawberryMaybe):
+            return None
+        if isinstance(type_, StrawberryOptional):
+            type_ = type_.of_type
+        if type_ is GlobalID or not isinstance(_named(argument.type), GraphQLScalarType) or isinstance(
+                type_, (StrawberryOptional, StrawberryList)):
+            return None
+        names.append((graphql_name, own.python_name))
+    takes_self = resolver.self_parameter is not None
+    given_source = [p.name for p in (resolver.parent_parameter, resolver.root_parameter) if p is not None]
+    info_name = resolver.info_parameter.name if resolver.info_parameter is not None else None
+
+    def call(source: Any, info: GraphQLResolveInfo, args: dict) -> Any:
+        kwargs = {python_name: args[graphql_name] for graphql_name, python_name in names if graphql_name in args}
+        for name in given_source:
+            kwargs[name] = source
+        if info_name is not None:
+            kwargs[info_name] = Info(_raw_info=info, _field=field)
+        return resolver(source, **kwargs) if takes_self else resolver(**kwargs)
+
+    return call
+
+
+def plan(schema: GraphQLSchema, document: Any, operation_name: str | None) -> Plan | None:
+    """The plan of a parsed and validated document's operation, or None when it has none."""
+    operation = get_operation_ast(document, operation_name)
+    if operation is None or operation.operation not in (OperationType.QUERY, OperationType.MUTATION):
+        return None
+    root_type = schema.query_type if operation.operation == OperationType.QUERY else schema.mutation_type
+    if root_type is None or operation.directives:
+        return None
+    try:
+        fields = _selection(schema, root_type, operation.selection_set)
+    except _Unplannable:
+        return None
+    return Plan(operation, root_type, fields, operation.operation == OperationType.MUTATION)
+
+
+class _Run:
+    """One run of a plan: the state a graphql-core executor would hold, and nothing more."""
+
+    __slots__ = ("schema", "plan", "context", "variables", "errors", "is_awaitable")
+
+    def __init__(self, schema, plan_, context, variables, is_awaitable) -> None:
+        self.schema = schema
+        self.plan = plan_
+        self.context = context
+        self.variables = variables
+        self.errors: list[GraphQLError] = []
+        self.is_awaitable = is_awaitable
+
+    def fields(self, parent: GraphQLObjectType, source: Any, path: Path | None, fields: tuple[_Field, ...]) -> dict:
+        results = {}
+        for field in fields:
+            results[field.key] = self.field(parent, source, field, Path(path, field.key, parent.name))
+        return results
+
+    def field(self, parent: GraphQLObjectType, source: Any, field: _Field, path: Path) -> Any:
+        if field.definition is None:
+            return parent.name  # __typename
+        definition = field.definition
+        return_type = definition.type
+        info = GraphQLResolveInfo(field.name, field.nodes, return_type, parent, path, self.schema, {}, None,
+                                  self.plan.operation, self.variables, self.context, self.is_awaitable, None, None)
+        try:
+            args = get_argument_values(definition, field.node, self.variables) if field.takes_arguments else {}
+            result = field.resolve(source, info, args)
+            return self.complete(return_type, field, info, path, result)
+        except Exception as raw_error:
+            error = located_error(raw_error, field.nodes, path.as_list())
+            if is_non_null_type(return_type):
+                raise error
+            self.errors.append(error)
+            return None
+
+    def complete(self, return_type: Any, field: _Field, info: GraphQLResolveInfo, path: Path, result: Any) -> Any:
+        if isinstance(result, Exception):
+            raise result
+        if is_non_null_type(return_type):
+            completed = self.complete(return_type.of_type, field, info, path, result)
+            if completed is None:
+                raise TypeError(f"Cannot return null for non-nullable field {info.parent_type}.{info.field_name}.")
+            return completed
+        if result is None or result is Undefined:
+            return None
+        if is_list_type(return_type):
+            if not is_iterable(result):
+                raise GraphQLError(f"Expected Iterable, but did not find one for field"
+                                   f" '{info.parent_type}.{info.field_name}'.")
+            item_type = return_type.of_type
+            items = []
+            for index, item in enumerate(result):
+                item_path = path.add_key(index, None)
+                try:
+                    items.append(self.complete(item_type, field, info, item_path, item))
+                except Exception as raw_error:
+                    error = located_error(raw_error, field.nodes, item_path.as_list())
+                    if is_non_null_type(item_type):
+                        raise error
+                    self.errors.append(error)
+                    items.append(None)
+            return items
+        if is_leaf_type(return_type):
+            coerced = return_type.coerce_output_value(result)
+            if coerced is Undefined or coerced is None:
+                raise TypeError(f"Expected `{inspect(return_type)}.coerce_output_value({inspect(result)})` to return"
+                                f" non-nullable value, returned: {inspect(coerced)}")
+            return coerced
+        # An object (the plan has no abstract types).
+        if return_type.is_type_of and not return_type.is_type_of(result, info):
+            raise invalid_return_type_error(return_type, result, field.nodes)
+        return self.fields(return_type, result, path, field.selection)
+
+
+def run(schema: GraphQLSchema, plan_: Plan, context: Any, raw_variables: dict | None,
+        is_awaitable: Any) -> tuple[Any, list[GraphQLError] | None] | None:
+    """`(data, errors)` of the planned operation, or None when its variables do not coerce (then nothing
+    ran, and the full execution reports them)."""
+    variables = get_variable_values(schema, plan_.operation.variable_definitions or (), raw_variables or {},
+                                    max_errors=50)
+    if isinstance(variables, list):
+        return None
+    execution = _Run(schema, plan_, context, variables, is_awaitable)
+    try:
+        # Root fields run in document order either way: resolvers here are synchronous, so "serially"
+        # (mutations) and "in parallel" (queries) run the same.
+        data = execution.fields(plan_.root_type, None, None, plan_.fields)
+    except GraphQLError as error:
+        execution.errors.append(error)
+        data = None
+    return data, execution.errors or None

@@ -1,0 +1,211 @@
+"""A planned document answers exactly as its full execution: data, errors, nulls and their order.
+
+Each test sends the same document twice, once down the plan (api/plans.py) and once down graphql-core's
+full execution, and compares the two answers byte for byte. Writes are sent as dry runs, so both ways
+see the same records.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from helpers import CREATE_ACCOUNT, create_account, funded_account
+from invoke_helpers import invoke, publish, tool
+from test_policies import allow, as_client, deny
+
+from ledger.api import plans
+
+DRY_RUN = {"Ledger-Dry-Run": "true"}
+
+
+@pytest.fixture
+def planned(monkeypatch):
+    """Counts the runs that took a plan; `full()` turns plans off (every document runs in full)."""
+    runs = {"planned": 0}
+    real = plans.run
+
+    def counting(*args, **kwargs):
+        result = real(*args, **kwargs)
+        runs["planned"] += result is not None
+        return result
+
+    monkeypatch.setattr(plans, "run", counting)
+
+    class Switch:
+        def full(self):
+            monkeypatch.setattr(plans, "run", lambda *a, **k: None)
+
+        def on(self):
+            monkeypatch.setattr(plans, "run", counting)
+
+        @property
+        def count(self):
+            return runs["planned"]
+
+    return Switch()
+
+
+def both_ways(api, planned, query: str, variables: dict | None = None, *, headers: dict | None = None,
+              expect_plan: bool = True) -> dict:
+    """The answer of `query`, which must be the same planned and in full; whether a plan ran is checked."""
+    before = planned.count
+    first = api.post(query, variables, headers=headers)
+    assert (planned.count > before) == expect_plan
+    planned.full()
+    second = api.post(query, variables, headers=headers)
+    planned.on()
+    assert first.status_code == second.status_code
+    assert first.content == second.content, (first.json(), second.json())
+    return first.json()
+
+
+ACCOUNT_FIELDS = "query($id: UUID!) { financial { account(id: $id) { id name balance currency allowOverdraft createdAt __typename } } }"
+
+
+def test_a_found_record_answers_the_same(api, planned):
+    _, funded = funded_account(api, 70)
+    body = both_ways(api, planned, ACCOUNT_FIELDS, {"id": funded})
+    assert body["data"]["financial"]["account"]["balance"] == 70
+
+
+def test_a_missing_record_is_null_both_ways(api, planned):
+    body = both_ways(api, planned, ACCOUNT_FIELDS, {"id": str(uuid.uuid4())})
+    assert body == {"data": {"financial": {"account": None}}}
+
+
+def test_aliases_and_typename_answer_the_same(api, planned):
+    a, b = create_account(api, "a"), create_account(api, "b")
+    body = both_ways(api, planned, f"""{{ __typename f: financial {{ __typename x: account(id: "{a}") {{ n: name
+      t: __typename }} y: account(id: "{b}") {{ name balance }} z: account(id: "{uuid.uuid4()}") {{ id }} }} }}""")
+    assert body["data"]["f"]["x"] == {"n": "a", "t": "Account"}
+
+
+def test_a_listing_with_nested_fields_answers_the_same(api, planned):
+    opening, funded = funded_account(api, 5)
+    both_ways(api, planned, """query($first: Int) { financial { accounts(first: $first) { id balance
+      transfers { id amount fromAccountId } } transfers { id currency } } }""", {"first": 10})
+
+
+def test_a_permission_denied_answers_the_same(api, planned):
+    usd = create_account(api, "usd", "USD")
+    eur = create_account(api, "eur", "EUR")
+    reader = as_client(api, [allow(["SELECT"], ["financial.Account.*"]),
+                             deny(["SELECT"], ["financial.Account.document"], 'context.document.currency == "EUR"')])
+    body = both_ways(reader, planned, f"""{{ financial {{ u: account(id: "{usd}") {{ balance }}
+      e: account(id: "{eur}") {{ balance }} accounts {{ id }} }} }}""")
+    assert body["data"]["financial"]["e"] is None
+    assert body["errors"][0]["path"] == ["financial", "e"]
+
+
+def test_a_denial_under_a_non_null_list_nulls_its_parent_the_same(api, planned):
+    create_account(api, "usd", "USD")
+    reader = as_client(api, [allow(["SELECT"], ["financial.Account.*"]),
+                             deny(["SELECT"], ["financial.Transfer.*"])])
+    body = both_ways(reader, planned, "{ financial { accounts { id transfers { id } } } }")
+    # [Transfer!]! inside [Account!]! inside a non-null `financial`: the denial nulls the whole answer.
+    assert body["data"] is None
+    assert body["errors"][0]["path"] == ["financial", "accounts", 0, "transfers"]
+
+
+def test_invalid_and_missing_variables_answer_the_same(api, planned):
+    both_ways(api, planned, ACCOUNT_FIELDS, {"id": "not-a-uuid"}, expect_plan=False)
+    both_ways(api, planned, ACCOUNT_FIELDS, {}, expect_plan=False)
+    both_ways(api, planned, ACCOUNT_FIELDS, {"id": None}, expect_plan=False)
+
+
+def test_an_invalid_literal_and_an_unknown_field_answer_the_same(api, planned):
+    both_ways(api, planned, '{ financial { account(id: "nope") { balance } } }', expect_plan=False)
+    both_ways(api, planned, "{ financial { account { nothing } } }", expect_plan=False)
+
+
+def test_an_int64_variable_beyond_64_bits_answers_the_same(api, planned):
+    opening, funded = funded_account(api, 5)
+    both_ways(api, planned, """mutation($a: Int64!) { financial { createTransfer(id: "%s", input: {fromAccountId: "%s",
+      toAccountId: "%s", amount: $a}) { id } } }""" % (uuid.uuid4(), opening, funded), {"a": 2 ** 70},
+              headers=DRY_RUN, expect_plan=False)
+
+
+def test_mutations_run_in_order_and_stop_after_a_failure_the_same(api, planned):
+    opening, funded = funded_account(api, 10)
+    first, again = str(uuid.uuid4()), str(uuid.uuid4())
+    body = both_ways(api, planned, f"""mutation {{ financial {{
+      a: createAccount(id: "{first}", input: {{name: "one", currency: "USD"}}) {{ id name }}
+      t: createTransfer(id: "{uuid.uuid4()}", input: {{fromAccountId: "{funded}", toAccountId: "{opening}",
+        amount: 11}}) {{ id }}
+      b: createAccount(id: "{again}", input: {{name: "two", currency: "USD"}}) {{ id }} }} }}""", headers=DRY_RUN)
+    codes = [e["extensions"]["code"] for e in body["errors"]]
+    assert codes[0] == "insufficient_funds"
+
+
+def test_a_successful_dry_run_mutation_answers_the_same(api, planned):
+    account_id = str(uuid.uuid4())
+    body = both_ways(api, planned, CREATE_ACCOUNT, {"id": account_id, "name": "x", "currency": "USD",
+                                                   "overdraft": None}, headers=DRY_RUN)
+    assert body["data"]["financial"]["createAccount"]["id"] == account_id
+
+
+def test_a_fragment_runs_in_full(api, planned):
+    account_id = create_account(api)
+    both_ways(api, planned, """query($id: UUID!) { financial { account(id: $id) { ...f } } }
+      fragment f on Account { balance }""", {"id": account_id}, expect_plan=False)
+
+
+def test_a_directive_runs_in_full(api, planned):
+    account_id = create_account(api)
+    both_ways(api, planned, """query($id: UUID!, $s: Boolean!) { financial { account(id: $id) {
+      balance @include(if: $s) name } } }""", {"id": account_id, "s": False}, expect_plan=False)
+
+
+READS = '''def docs(event):
+  return [
+    ("query($id: UUID!) { financial { account(id: $id) { balance __typename } } }", {"id": event["data"]["id"]}),
+    ("query($id: UUID!) { financial { account(id: $id) { balance } } }", {"id": event["data"]["missing"]}),
+    ("query($id: UUID!) { financial { account(id: $id) { balance } } }", {"id": "bad"}),
+    ("query($id: UUID!) { financial { e: account(id: $id) { balance } } }", {"id": event["data"]["eur"]}),
+    ("{ financial { nothing } }", None),
+    ("mutation($id: UUID!) { financial { createAccount(id: $id, input: {name: \\"n\\", currency: \\"usd\\"}) { id } } }",
+     {"id": event["data"]["missing"]}),
+  ]
+
+def run(event):
+    return {"results": [graphql(d, variables=v, check=False) for d, v in docs(event)]}
+'''
+
+
+def test_a_programs_graphql_answers_the_same(api, planned):
+    usd = create_account(api, "usd", "USD")
+    eur = create_account(api, "eur", "EUR")
+    policies = [allow(["SELECT", "INSERT"], ["financial.*"]),
+                deny(["SELECT"], ["financial.Account.document"], 'context.document.currency == "EUR"')]
+    action_id = publish(api, tool("plan_reads", READS, policies=policies))
+    event = {"id": usd, "eur": eur, "missing": str(uuid.uuid4())}
+    execution_id = str(uuid.uuid4())
+    before = planned.count
+    first = invoke(api, action_id, event, execution_id=execution_id)
+    assert planned.count > before
+    planned.full()
+    second = invoke(api, action_id, event)
+    planned.on()
+    assert first["status"] == second["status"] == "SUCCEEDED"
+    assert json.dumps(first["invocation"]["output"]) == json.dumps(second["invocation"]["output"])
+    results = first["invocation"]["output"]["results"]
+    assert results[0]["data"] == {"financial": {"account": {"balance": 0, "__typename": "Account"}}}
+    assert results[3]["errors"][0]["extensions"]["code"] == "action_permission_denied"
+
+
+def test_a_programs_failing_graphql_fails_the_call_the_same(api, planned):
+    eur = create_account(api, "eur", "EUR")
+    src = ('def run(event):\n    return graphql("query($id: UUID!) { financial { account(id: $id) { balance } } }",'
+           ' variables={"id": event["data"]["id"]})\n')
+    policies = [allow(["SELECT"], ["financial.*"]),
+                deny(["SELECT"], ["financial.Account.document"], 'context.document.currency == "EUR"')]
+    action_id = publish(api, tool("plan_denied", src, policies=policies))
+    first = invoke(api, action_id, {"id": eur})
+    planned.full()
+    second = invoke(api, action_id, {"id": eur})
+    assert first["status"] == second["status"] == "FAILED"
+    assert first["invocation"]["error"] == second["invocation"]["error"]
+    assert first["invocation"]["error"]["code"] == "action_permission_denied"
