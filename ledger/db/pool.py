@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import errors as pgerrors
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -60,6 +61,19 @@ UNREACHABLE_WAIT = 1.0
 RECONNECT_TIMEOUT = 5.0
 
 
+# A connection a request gave back less than this long ago is handed to the next request without the
+# pool's check (a round trip): it answered moments ago. Should it have broken since (the server
+# restarted, or closed it), the request's first round trip finds out before anything ran, and the
+# request takes another connection, checked this time (`Database.transaction`).
+TRUSTED_FOR = 2.0
+
+
+def _recently_returned(conn: psycopg.Connection) -> bool:
+    returned_at = getattr(conn, "ledger_returned_at", None)
+    return (returned_at is not None and time.monotonic() - returned_at < TRUSTED_FOR
+            and conn.pgconn.transaction_status == TransactionStatus.IDLE)
+
+
 class _Unreachable(BaseException):
     """Raised by the pool's connection check to stop the pool's own retry loop at once.
 
@@ -79,7 +93,9 @@ class Reachability:
         self.conninfo = conninfo
         self.unreachable_since: float | None = None
         # Set on a thread while a request waits in `Database.transaction`: only such a wait is stopped
-        # early (other users of the pool, such as the queue worker's loops, keep the pool's own retries).
+        # early (other users of the pool, such as the queue worker's loops, keep the pool's own retries),
+        # and only such a request may take a recently returned connection unchecked (`trust_recent`: it
+        # takes another one if that connection turns out broken).
         self.fail_fast = threading.local()
 
     @property
@@ -87,6 +103,10 @@ class Reachability:
         return self.unreachable_since is None
 
     def check(self, conn: psycopg.Connection) -> None:
+        if getattr(self.fail_fast, "trust_recent", False) and _recently_returned(conn):
+            conn.ledger_trusted = True
+            return
+        conn.ledger_trusted = False
         try:
             ConnectionPool.check_connection(conn)
         except Exception:
@@ -142,8 +162,9 @@ class Database:
         pool.open(wait=True, timeout=30)
         return cls(conninfo=conninfo, pool=pool, reachability=reachability, max_waiting=max_waiting)
 
-    def _connection(self, deadline: float | None):
-        """A pooled connection (its context manager, entered); `Retryable` when none comes in time."""
+    def _connection(self, deadline: float | None, *, trust_recent: bool = True) -> psycopg.Connection:
+        """A pooled connection; `Retryable` when none comes in time. `trust_recent`: a connection returned
+        moments ago may come unchecked (TRUSTED_FOR)."""
         cap = _remaining(deadline, cap=self.pool.timeout)
         if self.reachability is not None and not self.reachability.reachable:
             cap = min(cap, UNREACHABLE_WAIT)
@@ -158,9 +179,9 @@ class Database:
             self._waiting += 1
         if self.reachability is not None:
             self.reachability.fail_fast.active = True
+            self.reachability.fail_fast.trust_recent = trust_recent
         try:
-            conn_cm = self.pool.connection(timeout=cap)
-            return conn_cm, conn_cm.__enter__()
+            return self.pool.getconn(timeout=cap)
         except _Unreachable:
             raise _unreachable() from None
         except PoolTimeout as exc:
@@ -172,7 +193,7 @@ class Database:
             ) from exc
         finally:
             if self.reachability is not None:
-                self.reachability.fail_fast.active = False
+                self.reachability.fail_fast.active = self.reachability.fail_fast.trust_recent = False
             with self._waiting_lock:
                 self._waiting -= 1
 
@@ -194,39 +215,59 @@ class Database:
         such as reading its client) go to the server together in one round trip (a pipeline); the first
         row each of them returns (or None) is in `conn.ledger_first`, in order.
         """
-        conn_cm, conn = self._connection(deadline)
-        conn.ledger_deadline = deadline  # read by _DeadlineCursor before every statement
+        timeout_ms = max(1, int(_remaining(deadline, cap=300.0) * 1000))
+        conn, block = self._begin(tenant_id, deadline, timeout_ms, rollback, first)
         try:
             with translate_db_errors():
-                timeout_ms = max(1, int(_remaining(deadline, cap=300.0) * 1000))
-                # The Transaction itself, not conn.transaction(): entered inside a pipeline, that context
-                # manager would keep the connection in pipeline mode until the transaction ends.
-                block = psycopg.Transaction(conn, force_rollback=rollback)
-                entered = False
                 try:
-                    with conn.pipeline():
-                        block.__enter__()
-                        entered = True
-                        conn.execute(
-                            "SELECT set_config('ledger.tenant_id', %s, true),"
-                            " set_config('statement_timeout', %s, true)",
-                            (str(tenant_id) if tenant_id else "", str(timeout_ms)),
-                        )
-                        cursors = [conn.execute(*statement) for statement in first]
-                    conn.ledger_first = [cursor.fetchone() for cursor in cursors]
                     yield conn
                 except BaseException as exc:
-                    if entered:
-                        block.__exit__(type(exc), exc, exc.__traceback__)
+                    block.__exit__(type(exc), exc, exc.__traceback__)
                     raise
                 block.__exit__(None, None, None)
-        except BaseException as exc:
-            conn.ledger_deadline = None
-            conn_cm.__exit__(type(exc), exc, exc.__traceback__)
-            raise
-        else:
-            conn.ledger_deadline = None
-            conn_cm.__exit__(None, None, None)
+        finally:
+            self._give_back(conn)
+
+    def _begin(self, tenant_id: object | None, deadline: float | None, timeout_ms: int, rollback: bool,
+               first: Sequence[tuple[str, object]]) -> tuple[psycopg.Connection, psycopg.Transaction]:
+        """A connection in a new transaction: BEGIN, the tenant, `first`, in one round trip. A connection
+        that came unchecked (TRUSTED_FOR) and turns out broken here, before anything ran, is dropped, and
+        the transaction begins again on another one, checked, as the pool's check would have done."""
+        trust_recent = True
+        while True:
+            conn = self._connection(deadline, trust_recent=trust_recent)
+            conn.ledger_deadline = deadline  # read by _DeadlineCursor before every statement
+            # The Transaction itself, not conn.transaction(): entered inside a pipeline, that context
+            # manager would keep the connection in pipeline mode until the transaction ends.
+            block = psycopg.Transaction(conn, force_rollback=rollback)
+            entered = False
+            try:
+                with conn.pipeline():
+                    block.__enter__()
+                    entered = True
+                    conn.execute(
+                        "SELECT set_config('ledger.tenant_id', %s, true),"
+                        " set_config('statement_timeout', %s, true)",
+                        (str(tenant_id) if tenant_id else "", str(timeout_ms)),
+                    )
+                    cursors = [conn.execute(*statement) for statement in first]
+                conn.ledger_first = [cursor.fetchone() for cursor in cursors]
+                return conn, block
+            except BaseException as exc:
+                if entered:
+                    with contextlib.suppress(Exception):
+                        block.__exit__(type(exc), exc, exc.__traceback__)
+                self._give_back(conn)
+                if getattr(conn, "ledger_trusted", False) and conn.closed and isinstance(exc, psycopg.OperationalError):
+                    trust_recent = False
+                    continue
+                with translate_db_errors():
+                    raise
+
+    def _give_back(self, conn: psycopg.Connection) -> None:
+        conn.ledger_deadline = None
+        conn.ledger_returned_at = time.monotonic()
+        self.pool.putconn(conn)
 
 
 def _unreachable() -> Retryable:
