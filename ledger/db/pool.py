@@ -31,8 +31,44 @@ _CONNECTION_STATES_PREFIX = ("08", "57P")  # connection exceptions, admin/crash 
 _UNSTORABLE_STATES = {"22P05", "22021"}  # untranslatable_character, character_not_in_repertoire
 
 
+class Deferred:
+    """A statement sent with the connection's next one, in its round trip (see `defer`)."""
+
+    __slots__ = ("sql", "params")
+
+    def __init__(self, sql: str, params: object) -> None:
+        self.sql, self.params = sql, params
+
+
+def defer(conn: psycopg.Connection, sql: str, params: object = None) -> Deferred:
+    """Send `sql` (whose result nobody reads) just before the connection's next statement, in the same
+    round trip (a pipeline), instead of on its own; before a savepoint or the commit, it goes on its own.
+    For a setting such as a narrower statement_timeout, which matters only once a statement runs; a
+    failure of it is the next statement's failure. `undefer` takes it back while it is unsent."""
+    deferred = Deferred(sql, params)
+    conn.ledger_deferred.append(deferred)
+    return deferred
+
+
+def undefer(conn: psycopg.Connection, deferred: Deferred) -> bool:
+    """Take back a deferred statement not yet sent (True), or say it was sent (False)."""
+    try:
+        conn.ledger_deferred.remove(deferred)
+    except ValueError:
+        return False
+    return True
+
+
+def _send_deferred(conn: psycopg.Connection) -> None:
+    """The deferred statements, queued in the pipeline the caller is in (or sent on their own)."""
+    pending, conn.ledger_deferred = conn.ledger_deferred, []
+    for deferred in pending:
+        psycopg.Cursor(conn).execute(deferred.sql, deferred.params)
+
+
 class _DeadlineCursor(psycopg.Cursor):
-    """Refuses to start a statement once its transaction's deadline has passed.
+    """Refuses to start a statement once its transaction's deadline has passed, and sends the
+    connection's deferred statements (`defer`) in the same round trip as the next one.
 
     statement_timeout bounds one statement; without this, a request making many short statements
     (a listing inside a listing, under many aliases) would run on long past its deadline.
@@ -43,7 +79,43 @@ class _DeadlineCursor(psycopg.Cursor):
         if deadline is not None and time.monotonic() >= deadline:
             raise Retryable("the request's deadline passed", hint="retry, or allow more time with the "
                             "Request-Timeout header (and ask for less per request)")
+        conn = self.connection
+        if conn.ledger_deferred:
+            if conn._pipeline is None:
+                with conn.pipeline():
+                    _send_deferred(conn)
+                    return super().execute(query, params, **kwargs)
+            _send_deferred(conn)
         return super().execute(query, params, **kwargs)
+
+    def executemany(self, query, params_seq, **kwargs):
+        if self.connection.ledger_deferred:
+            with self.connection.pipeline():
+                _send_deferred(self.connection)
+                return super().executemany(query, params_seq, **kwargs)
+        return super().executemany(query, params_seq, **kwargs)
+
+
+def _forget_deferred(conn: "_Connection") -> None:
+    """On the way back into the pool, from whatever user: a deferred statement never outlives its use."""
+    conn.ledger_deferred.clear()
+
+
+class _Connection(psycopg.Connection):
+    """A pooled connection: its deferred statements go before a savepoint begins (its rollback would
+    otherwise undo them) and before the transaction ends."""
+
+    ledger_deferred: list[Deferred]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.ledger_deferred = []
+
+    def transaction(self, *args, **kwargs):
+        if self.ledger_deferred:
+            with self.pipeline():
+                _send_deferred(self)
+        return super().transaction(*args, **kwargs)
 
 
 def _configure(conn: psycopg.Connection) -> None:
@@ -153,6 +225,8 @@ class Database:
             max_size=max_size,
             timeout=wait_timeout,
             reconnect_timeout=RECONNECT_TIMEOUT,
+            connection_class=_Connection,
+            reset=_forget_deferred,
             kwargs={"autocommit": True, "row_factory": dict_row, "cursor_factory": _DeadlineCursor},
             configure=_configure,
             check=reachability.check,
@@ -222,8 +296,12 @@ class Database:
                 try:
                     yield conn
                 except BaseException as exc:
+                    conn.ledger_deferred.clear()  # rolled back: nothing they would set matters
                     block.__exit__(type(exc), exc, exc.__traceback__)
                     raise
+                if conn.ledger_deferred:
+                    with conn.pipeline():
+                        _send_deferred(conn)
                 block.__exit__(None, None, None)
         finally:
             self._give_back(conn)
@@ -266,6 +344,7 @@ class Database:
 
     def _give_back(self, conn: psycopg.Connection) -> None:
         conn.ledger_deadline = None
+        conn.ledger_deferred.clear()
         conn.ledger_returned_at = time.monotonic()
         self.pool.putconn(conn)
 
