@@ -59,6 +59,34 @@ def undefer(conn: psycopg.Connection, deferred: Deferred) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def deferred_savepoint(conn: psycopg.Connection) -> Iterator[None]:
+    """A savepoint around the block, as `conn.transaction()` (rolled back when the block raises, the
+    exception propagating), whose SAVEPOINT and RELEASE are deferred (`defer`): a block that makes no
+    statement sends neither, and one that does pays no round trip of its own for them. Only a rollback
+    goes at once: the transaction may be in a failed state, which only the rollback ends."""
+    conn.ledger_savepoints += 1
+    name = f"ledger_call_{conn.ledger_savepoints}"
+    opened = defer(conn, f"SAVEPOINT {name}")
+    try:
+        yield
+    except BaseException:
+        pending = conn.ledger_deferred
+        if opened in pending:
+            # Never sent: nothing to roll back; what was deferred inside the block goes with it.
+            del pending[pending.index(opened):]
+        else:
+            # Sent, so everything still deferred was deferred inside the block: the rollback undoes it.
+            pending.clear()
+            if not conn.closed:
+                with conn.pipeline():
+                    psycopg.Cursor(conn).execute(f"ROLLBACK TO SAVEPOINT {name}")
+                    psycopg.Cursor(conn).execute(f"RELEASE SAVEPOINT {name}")
+        raise
+    if not undefer(conn, opened):
+        defer(conn, f"RELEASE SAVEPOINT {name}")
+
+
 def _send_deferred(conn: psycopg.Connection) -> None:
     """The deferred statements, queued in the pipeline the caller is in (or sent on their own)."""
     pending, conn.ledger_deferred = conn.ledger_deferred, []
@@ -110,6 +138,7 @@ class _Connection(psycopg.Connection):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.ledger_deferred = []
+        self.ledger_savepoints = 0  # numbers the names of `deferred_savepoint`
 
     def transaction(self, *args, **kwargs):
         if self.ledger_deferred:
