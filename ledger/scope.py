@@ -111,13 +111,6 @@ class Scope:
     def all(self, sql: str, params: Any = None) -> list[dict]:
         return self.conn.execute(sql, params).fetchall()
 
-    def together(self, statements: Iterable[tuple[str, Any]]) -> list[dict | None]:
-        """Each statement's first row (or None), the statements sent in order in one round trip (a
-        pipeline): for reads and locks whose order matters but whose results no later one needs."""
-        with self.conn.pipeline():
-            cursors = [self.conn.execute(sql, params) for sql, params in statements]
-        return [cursor.fetchone() for cursor in cursors]
-
     def savepoint(self) -> Iterator[Any]:
         return self.conn.transaction()
 
