@@ -131,7 +131,7 @@ def _forget_deferred(conn: "_Connection") -> None:
 
 class _Connection(psycopg.Connection):
     """A pooled connection: its deferred statements go before a savepoint begins (its rollback would
-    otherwise undo them) and before the transaction ends."""
+    otherwise undo them) and before it ends."""
 
     ledger_deferred: list[Deferred]
 
@@ -140,11 +140,23 @@ class _Connection(psycopg.Connection):
         self.ledger_deferred = []
         self.ledger_savepoints = 0  # numbers the names of `deferred_savepoint`
 
+    @contextlib.contextmanager
     def transaction(self, *args, **kwargs):
+        """psycopg's savepoint (or transaction), with the deferred statements sent before it begins and
+        before it is released; those deferred inside it are dropped when it rolls back, which undoes
+        them (and a RELEASE among them names a savepoint the rollback removed)."""
         if self.ledger_deferred:
             with self.pipeline():
                 _send_deferred(self)
-        return super().transaction(*args, **kwargs)
+        with super().transaction(*args, **kwargs) as block:
+            try:
+                yield block
+            except BaseException:
+                self.ledger_deferred.clear()
+                raise
+            if self.ledger_deferred:
+                with self.pipeline():
+                    _send_deferred(self)
 
 
 def _configure(conn: psycopg.Connection) -> None:
