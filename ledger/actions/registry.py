@@ -98,12 +98,15 @@ def load_action(scope: Scope, action_id: uuid.UUID, version: int | None = None) 
     if native_name is not None:
         return natives.native_record(native_name) if version in (None, 1) else None
     # The header and the version in one statement (one round trip).
-    row = scope.one(
-        f"{ACTION_AT_VERSION} ON v.tenant_id = a.tenant_id AND v.action_id = a.id"
-        " AND v.version = coalesce(%s, a.latest_version) WHERE a.tenant_id = %s AND a.id = %s",
-        (version, scope.tenant_id, action_id),
-    )
-    return action_of_row(row)
+    return action_of_row(scope.one(*action_statement(scope, action_id, version)))
+
+
+def action_statement(scope: Scope, action_id: uuid.UUID, version: int | None = None) -> tuple[str, tuple]:
+    """The statement `load_action` reads a stored action with, for a caller that reads it beside something
+    else in one statement; `action_of_row` makes its row the record."""
+    return (f"{ACTION_AT_VERSION} ON v.tenant_id = a.tenant_id AND v.action_id = a.id"
+            " AND v.version = coalesce(%s, a.latest_version) WHERE a.tenant_id = %s AND a.id = %s",
+            (version, scope.tenant_id, action_id))
 
 
 # The action's header joined to one of its versions (`v`): the caller adds the ON and WHERE clauses, so

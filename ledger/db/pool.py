@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import errors as pgerrors
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -30,8 +31,72 @@ _CONNECTION_STATES_PREFIX = ("08", "57P")  # connection exceptions, admin/crash 
 _UNSTORABLE_STATES = {"22P05", "22021"}  # untranslatable_character, character_not_in_repertoire
 
 
+class Deferred:
+    """A statement sent with the connection's next one, in its round trip (see `defer`)."""
+
+    __slots__ = ("sql", "params")
+
+    def __init__(self, sql: str, params: object) -> None:
+        self.sql, self.params = sql, params
+
+
+def defer(conn: psycopg.Connection, sql: str, params: object = None) -> Deferred:
+    """Send `sql` (whose result nobody reads) just before the connection's next statement, in the same
+    round trip (a pipeline), instead of on its own; before a savepoint or the commit, it goes on its own.
+    For a setting such as a narrower statement_timeout, which matters only once a statement runs; a
+    failure of it is the next statement's failure. `undefer` takes it back while it is unsent."""
+    deferred = Deferred(sql, params)
+    conn.ledger_deferred.append(deferred)
+    return deferred
+
+
+def undefer(conn: psycopg.Connection, deferred: Deferred) -> bool:
+    """Take back a deferred statement not yet sent (True), or say it was sent (False)."""
+    try:
+        conn.ledger_deferred.remove(deferred)
+    except ValueError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def deferred_savepoint(conn: psycopg.Connection) -> Iterator[None]:
+    """A savepoint around the block, as `conn.transaction()` (rolled back when the block raises, the
+    exception propagating), whose SAVEPOINT and RELEASE are deferred (`defer`): a block that makes no
+    statement sends neither, and one that does pays no round trip of its own for them. Only a rollback
+    goes at once: the transaction may be in a failed state, which only the rollback ends."""
+    conn.ledger_savepoints += 1
+    name = f"ledger_call_{conn.ledger_savepoints}"
+    opened = defer(conn, f"SAVEPOINT {name}")
+    try:
+        yield
+    except BaseException:
+        pending = conn.ledger_deferred
+        if opened in pending:
+            # Never sent: nothing to roll back; what was deferred inside the block goes with it.
+            del pending[pending.index(opened):]
+        else:
+            # Sent, so everything still deferred was deferred inside the block: the rollback undoes it.
+            pending.clear()
+            if not conn.closed:
+                with conn.pipeline():
+                    psycopg.Cursor(conn).execute(f"ROLLBACK TO SAVEPOINT {name}")
+                    psycopg.Cursor(conn).execute(f"RELEASE SAVEPOINT {name}")
+        raise
+    if not undefer(conn, opened):
+        defer(conn, f"RELEASE SAVEPOINT {name}")
+
+
+def _send_deferred(conn: psycopg.Connection) -> None:
+    """The deferred statements, queued in the pipeline the caller is in (or sent on their own)."""
+    pending, conn.ledger_deferred = conn.ledger_deferred, []
+    for deferred in pending:
+        psycopg.Cursor(conn).execute(deferred.sql, deferred.params)
+
+
 class _DeadlineCursor(psycopg.Cursor):
-    """Refuses to start a statement once its transaction's deadline has passed.
+    """Refuses to start a statement once its transaction's deadline has passed, and sends the
+    connection's deferred statements (`defer`) in the same round trip as the next one.
 
     statement_timeout bounds one statement; without this, a request making many short statements
     (a listing inside a listing, under many aliases) would run on long past its deadline.
@@ -42,7 +107,56 @@ class _DeadlineCursor(psycopg.Cursor):
         if deadline is not None and time.monotonic() >= deadline:
             raise Retryable("the request's deadline passed", hint="retry, or allow more time with the "
                             "Request-Timeout header (and ask for less per request)")
+        conn = self.connection
+        if conn.ledger_deferred:
+            if conn._pipeline is None:
+                with conn.pipeline():
+                    _send_deferred(conn)
+                    return super().execute(query, params, **kwargs)
+            _send_deferred(conn)
         return super().execute(query, params, **kwargs)
+
+    def executemany(self, query, params_seq, **kwargs):
+        if self.connection.ledger_deferred:
+            with self.connection.pipeline():
+                _send_deferred(self.connection)
+                return super().executemany(query, params_seq, **kwargs)
+        return super().executemany(query, params_seq, **kwargs)
+
+
+def _forget_deferred(conn: "_Connection") -> None:
+    """On the way back into the pool, from whatever user: a deferred statement never outlives its use."""
+    conn.ledger_deferred.clear()
+
+
+class _Connection(psycopg.Connection):
+    """A pooled connection: its deferred statements go before a savepoint begins (its rollback would
+    otherwise undo them) and before it ends."""
+
+    ledger_deferred: list[Deferred]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.ledger_deferred = []
+        self.ledger_savepoints = 0  # numbers the names of `deferred_savepoint`
+
+    @contextlib.contextmanager
+    def transaction(self, *args, **kwargs):
+        """psycopg's savepoint (or transaction), with the deferred statements sent before it begins and
+        before it is released; those deferred inside it are dropped when it rolls back, which undoes
+        them (and a RELEASE among them names a savepoint the rollback removed)."""
+        if self.ledger_deferred:
+            with self.pipeline():
+                _send_deferred(self)
+        with super().transaction(*args, **kwargs) as block:
+            try:
+                yield block
+            except BaseException:
+                self.ledger_deferred.clear()
+                raise
+            if self.ledger_deferred:
+                with self.pipeline():
+                    _send_deferred(self)
 
 
 def _configure(conn: psycopg.Connection) -> None:
@@ -58,6 +172,19 @@ UNREACHABLE_WAIT = 1.0
 # next attempt afresh (when a request needs a connection), so the delay never grows past a few seconds
 # and the pool reconnects soon after a long outage ends.
 RECONNECT_TIMEOUT = 5.0
+
+
+# A connection a request gave back less than this long ago is handed to the next request without the
+# pool's check (a round trip): it answered moments ago. Should it have broken since (the server
+# restarted, or closed it), the request's first round trip finds out before anything ran, and the
+# request takes another connection, checked this time (`Database.transaction`).
+TRUSTED_FOR = 2.0
+
+
+def _recently_returned(conn: psycopg.Connection) -> bool:
+    returned_at = getattr(conn, "ledger_returned_at", None)
+    return (returned_at is not None and time.monotonic() - returned_at < TRUSTED_FOR
+            and conn.pgconn.transaction_status == TransactionStatus.IDLE)
 
 
 class _Unreachable(BaseException):
@@ -79,7 +206,9 @@ class Reachability:
         self.conninfo = conninfo
         self.unreachable_since: float | None = None
         # Set on a thread while a request waits in `Database.transaction`: only such a wait is stopped
-        # early (other users of the pool, such as the queue worker's loops, keep the pool's own retries).
+        # early (other users of the pool, such as the queue worker's loops, keep the pool's own retries),
+        # and only such a request may take a recently returned connection unchecked (`trust_recent`: it
+        # takes another one if that connection turns out broken).
         self.fail_fast = threading.local()
 
     @property
@@ -87,6 +216,10 @@ class Reachability:
         return self.unreachable_since is None
 
     def check(self, conn: psycopg.Connection) -> None:
+        if getattr(self.fail_fast, "trust_recent", False) and _recently_returned(conn):
+            conn.ledger_trusted = True
+            return
+        conn.ledger_trusted = False
         try:
             ConnectionPool.check_connection(conn)
         except Exception:
@@ -133,6 +266,8 @@ class Database:
             max_size=max_size,
             timeout=wait_timeout,
             reconnect_timeout=RECONNECT_TIMEOUT,
+            connection_class=_Connection,
+            reset=_forget_deferred,
             kwargs={"autocommit": True, "row_factory": dict_row, "cursor_factory": _DeadlineCursor},
             configure=_configure,
             check=reachability.check,
@@ -142,8 +277,9 @@ class Database:
         pool.open(wait=True, timeout=30)
         return cls(conninfo=conninfo, pool=pool, reachability=reachability, max_waiting=max_waiting)
 
-    def _connection(self, deadline: float | None):
-        """A pooled connection (its context manager, entered); `Retryable` when none comes in time."""
+    def _connection(self, deadline: float | None, *, trust_recent: bool = True) -> psycopg.Connection:
+        """A pooled connection; `Retryable` when none comes in time. `trust_recent`: a connection returned
+        moments ago may come unchecked (TRUSTED_FOR)."""
         cap = _remaining(deadline, cap=self.pool.timeout)
         if self.reachability is not None and not self.reachability.reachable:
             cap = min(cap, UNREACHABLE_WAIT)
@@ -158,9 +294,9 @@ class Database:
             self._waiting += 1
         if self.reachability is not None:
             self.reachability.fail_fast.active = True
+            self.reachability.fail_fast.trust_recent = trust_recent
         try:
-            conn_cm = self.pool.connection(timeout=cap)
-            return conn_cm, conn_cm.__enter__()
+            return self.pool.getconn(timeout=cap)
         except _Unreachable:
             raise _unreachable() from None
         except PoolTimeout as exc:
@@ -172,7 +308,7 @@ class Database:
             ) from exc
         finally:
             if self.reachability is not None:
-                self.reachability.fail_fast.active = False
+                self.reachability.fail_fast.active = self.reachability.fail_fast.trust_recent = False
             with self._waiting_lock:
                 self._waiting -= 1
 
@@ -194,39 +330,64 @@ class Database:
         such as reading its client) go to the server together in one round trip (a pipeline); the first
         row each of them returns (or None) is in `conn.ledger_first`, in order.
         """
-        conn_cm, conn = self._connection(deadline)
-        conn.ledger_deadline = deadline  # read by _DeadlineCursor before every statement
+        timeout_ms = max(1, int(_remaining(deadline, cap=300.0) * 1000))
+        conn, block = self._begin(tenant_id, deadline, timeout_ms, rollback, first)
         try:
             with translate_db_errors():
-                timeout_ms = max(1, int(_remaining(deadline, cap=300.0) * 1000))
-                # The Transaction itself, not conn.transaction(): entered inside a pipeline, that context
-                # manager would keep the connection in pipeline mode until the transaction ends.
-                block = psycopg.Transaction(conn, force_rollback=rollback)
-                entered = False
                 try:
-                    with conn.pipeline():
-                        block.__enter__()
-                        entered = True
-                        conn.execute(
-                            "SELECT set_config('ledger.tenant_id', %s, true),"
-                            " set_config('statement_timeout', %s, true)",
-                            (str(tenant_id) if tenant_id else "", str(timeout_ms)),
-                        )
-                        cursors = [conn.execute(*statement) for statement in first]
-                    conn.ledger_first = [cursor.fetchone() for cursor in cursors]
                     yield conn
                 except BaseException as exc:
-                    if entered:
-                        block.__exit__(type(exc), exc, exc.__traceback__)
+                    conn.ledger_deferred.clear()  # rolled back: nothing they would set matters
+                    block.__exit__(type(exc), exc, exc.__traceback__)
                     raise
+                if conn.ledger_deferred:
+                    with conn.pipeline():
+                        _send_deferred(conn)
                 block.__exit__(None, None, None)
-        except BaseException as exc:
-            conn.ledger_deadline = None
-            conn_cm.__exit__(type(exc), exc, exc.__traceback__)
-            raise
-        else:
-            conn.ledger_deadline = None
-            conn_cm.__exit__(None, None, None)
+        finally:
+            self._give_back(conn)
+
+    def _begin(self, tenant_id: object | None, deadline: float | None, timeout_ms: int, rollback: bool,
+               first: Sequence[tuple[str, object]]) -> tuple[psycopg.Connection, psycopg.Transaction]:
+        """A connection in a new transaction: BEGIN, the tenant, `first`, in one round trip. A connection
+        that came unchecked (TRUSTED_FOR) and turns out broken here, before anything ran, is dropped, and
+        the transaction begins again on another one, checked, as the pool's check would have done."""
+        trust_recent = True
+        while True:
+            conn = self._connection(deadline, trust_recent=trust_recent)
+            conn.ledger_deadline = deadline  # read by _DeadlineCursor before every statement
+            # The Transaction itself, not conn.transaction(): entered inside a pipeline, that context
+            # manager would keep the connection in pipeline mode until the transaction ends.
+            block = psycopg.Transaction(conn, force_rollback=rollback)
+            entered = False
+            try:
+                with conn.pipeline():
+                    block.__enter__()
+                    entered = True
+                    conn.execute(
+                        "SELECT set_config('ledger.tenant_id', %s, true),"
+                        " set_config('statement_timeout', %s, true)",
+                        (str(tenant_id) if tenant_id else "", str(timeout_ms)),
+                    )
+                    cursors = [conn.execute(*statement) for statement in first]
+                conn.ledger_first = [cursor.fetchone() for cursor in cursors]
+                return conn, block
+            except BaseException as exc:
+                if entered:
+                    with contextlib.suppress(Exception):
+                        block.__exit__(type(exc), exc, exc.__traceback__)
+                self._give_back(conn)
+                if getattr(conn, "ledger_trusted", False) and conn.closed and isinstance(exc, psycopg.OperationalError):
+                    trust_recent = False
+                    continue
+                with translate_db_errors():
+                    raise
+
+    def _give_back(self, conn: psycopg.Connection) -> None:
+        conn.ledger_deadline = None
+        conn.ledger_deferred.clear()
+        conn.ledger_returned_at = time.monotonic()
+        self.pool.putconn(conn)
 
 
 def _unreachable() -> Retryable:

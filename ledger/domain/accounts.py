@@ -31,6 +31,11 @@ _ACCOUNT_COLUMNS = "tenant_id, id, name, currency, balance, allow_overdraft, exe
 _TRANSFER_COLUMNS = ("tenant_id, id, from_account_id, to_account_id, amount, currency, memo, execution_id, "
                      "created_at")
 
+_TRANSFER_NAMES = [c.strip() for c in _TRANSFER_COLUMNS.split(",")]
+_ACCOUNT_NAMES = [c.strip() for c in _ACCOUNT_COLUMNS.split(",")]
+# One row per updated account, beside the inserted transfer's columns (prefixed t_).
+_TRANSFERRED_COLUMNS = ", ".join([f"u.{c}" for c in _ACCOUNT_NAMES] + [f"t.{c} AS t_{c}" for c in _TRANSFER_NAMES])
+
 
 class InsufficientFunds(LedgerError):
     code = "insufficient_funds"
@@ -136,19 +141,23 @@ def create_transfer(scope: Scope, transfer_id: uuid.UUID, from_id: uuid.UUID, to
         )
     if new_source_balance < -INT64_MAX - 1 or target["balance"] + amount > INT64_MAX:
         raise InvalidAmount("the transfer would overflow a 64-bit balance", hint="move a smaller amount")
-    created = scope.one(
-        f"INSERT INTO transfers (tenant_id, id, from_account_id, to_account_id, amount, currency, memo, execution_id)"
-        f" VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING {_TRANSFER_COLUMNS}",
-        (scope.tenant_id, transfer_id, from_id, to_id, amount, source["currency"], memo, scope.writing_execution_id),
+    # The transfer and both balances in one statement (one round trip): the balances change only when the
+    # transfer row was inserted, so a transfer id already taken changes nothing.
+    rows = scope.all(
+        "WITH t AS (INSERT INTO transfers (tenant_id, id, from_account_id, to_account_id, amount, currency, memo,"
+        " execution_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+        f" RETURNING {_TRANSFER_COLUMNS}),"
+        " u AS (UPDATE accounts SET balance = balance + CASE WHEN id = %s THEN -%s::bigint ELSE %s::bigint END"
+        f" WHERE tenant_id = %s AND id = ANY(%s) AND EXISTS (SELECT 1 FROM t) RETURNING {_ACCOUNT_COLUMNS})"
+        f" SELECT {_TRANSFERRED_COLUMNS} FROM t CROSS JOIN u",
+        (scope.tenant_id, transfer_id, from_id, to_id, amount, source["currency"], memo, scope.writing_execution_id,
+         from_id, amount, amount, scope.tenant_id, [from_id, to_id]),
     )
-    if created is None:
+    if not rows:
         raise AlreadyExists(f"a transfer with id {transfer_id} already exists",
                             hint="choose a new UUID for a new transfer")
-    updated = scope.all(
-        "UPDATE accounts SET balance = balance + CASE WHEN id = %s THEN -%s::bigint ELSE %s::bigint END"
-        f" WHERE tenant_id = %s AND id = ANY(%s) RETURNING {_ACCOUNT_COLUMNS}",
-        (from_id, amount, amount, scope.tenant_id, [from_id, to_id]),
-    )
+    created = {column: rows[0]["t_" + column] for column in _TRANSFER_NAMES}
+    updated = [{column: row[column] for column in _ACCOUNT_NAMES} for row in rows]
     # The transfer, then its two balance changes (debited account first): each a record event.
     events = scope.services.record_events
     events.raised(scope, "financial.Transfer.inserted", "financial.Transfer", created)

@@ -1,5 +1,6 @@
 """Running a call tree: one top-level call, its nested tool calls and native calls, inside the caller's
-transaction. Each call is a savepoint; each call is an execution row (buffered, written once at the end).
+transaction. Each call is a savepoint (deferred: sent with the call's first statement, not at all for a call
+that makes none); each call is an execution row (buffered, written once at the end).
 
 The Starlark program runs in a sandbox executor leased for the whole tree; its host calls come back to
 `ToolHost` (executions/host.py) on the request's thread, where the transaction and the chain live.
@@ -16,6 +17,7 @@ from typing import Any, Protocol
 
 from ..actions import natives
 from ..actions.schemas import first_error
+from ..db.pool import deferred_savepoint
 from ..logs import bind_call, unbind_call
 from ..policy.cel import CelError, evaluate_expression
 from ..policy.chain import Layer
@@ -79,10 +81,11 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
         scope.request_state[TREE_KEY] = tree
     log_context = bind_call(execution_id=execution_id, root_execution_id=root_execution_id,
                             tenant=scope.tenant_id, action=record["name"])
-    # A program that provably runs no statement has nothing to roll back: no savepoint (two round trips).
+    # A program that provably runs no statement has nothing to roll back: no savepoint at all. Any other
+    # call's savepoint is deferred: sent with its first statement, and not at all if it makes none.
     quiet = body is None and record["kind"] == "tool" and not program_reaches_database(record)
     try:
-        with contextlib.nullcontext() if quiet else scope.savepoint():
+        with contextlib.nullcontext() if quiet else deferred_savepoint(scope.conn):
             _check_input(record, input)
             if body is not None:
                 try:

@@ -9,7 +9,8 @@ from typing import Any
 
 import psycopg
 
-from ..actions.registry import load_action
+from ..actions import natives
+from ..actions.registry import action_of_row, action_statement, load_action
 from ..errors import LedgerError, Retryable
 from ..policy.chain import Layer
 from ..scope import Scope
@@ -20,8 +21,8 @@ from .engine import CallBody, run_call
 from .failures import CallFailed
 from .fixed_input import merge_fixed_input
 from .tree import TREE_KEY, CallTree, response_timeout_seconds
-from .records import (EXECUTION, PendingExecution, execution_document, flush, load_execution, lock_execution_id,
-                      record_of, require_new_execution)
+from .records import (EXECUTION, PendingExecution, execution_document, flush, load_execution, lock_and_load_execution,
+                      lock_execution_id, record_of, require_new_execution)
 
 
 class ExecutionIdConflict(LedgerError):
@@ -61,8 +62,7 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
         record = loaded if loaded is not None else load_action(scope, action_id, version)
         if record is not None:
             admission.admit(tree, record, record["name"])
-    lock_execution_id(scope, execution_id)
-    existing = load_execution(scope, execution_id)
+    existing, loaded = _locked_execution(scope, execution_id, action_id, version, loaded)
     if existing is not None:
         return _repeat(scope, existing, action_id, version, input)
     if tree is not None:
@@ -141,6 +141,18 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
         retry.race = True
         raise retry from exc
     return pending.as_record(created_at, scope.trigger_depth)
+
+
+def _locked_execution(scope: Scope, execution_id: uuid.UUID, action_id: uuid.UUID, version: int | None,
+                      loaded: dict | None) -> tuple[dict | None, dict | None]:
+    """The executionId's lock, then its execution (None when unused) and the action at `version` (as
+    `load_action`; `loaded` when the caller read it already), in one statement: the action is read
+    beside the lookup even when the execution exists, since a repeat is rare and a round trip is not."""
+    if loaded is not None or natives.NATIVE_BY_ID.get(action_id) is not None:
+        lock_execution_id(scope, execution_id)
+        return load_execution(scope, execution_id), loaded
+    existing, action_row = lock_and_load_execution(scope, execution_id, action_statement(scope, action_id, version))
+    return existing, action_of_row(action_row)
 
 
 def _derived_id_taken(scope: Scope, execution_id: uuid.UUID, pending: list[PendingExecution]) -> uuid.UUID | None:

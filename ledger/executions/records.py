@@ -46,6 +46,27 @@ def lock_execution_id(scope: Scope, execution_id: uuid.UUID) -> None:
     scope.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{scope.tenant_id}:{execution_id}",))
 
 
+_PREFIXED_EXECUTION = ", ".join(f"e.{c.strip()} AS e_{c.strip()}" for c in EXECUTION_COLUMNS.split(","))
+
+
+def lock_and_load_execution(scope: Scope, execution_id: uuid.UUID,
+                            beside: tuple[str, tuple]) -> tuple[dict | None, dict | None]:
+    """`lock_execution_id`, then `load_execution`, and the row of `beside` (a statement returning at most
+    one row, whose columns must not start with `e_`), in one statement: (the execution or None, that row
+    or None). One statement does what two would: at REPEATABLE READ each statement reads the
+    transaction's snapshot, taken before the lock was, so a lookup after the lock sees the same rows."""
+    sql, params = beside
+    row = scope.one(
+        f"SELECT {_PREFIXED_EXECUTION}, b.* FROM (SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))) AS locked"
+        f" LEFT JOIN executions e ON e.tenant_id = %s AND e.id = %s LEFT JOIN ({sql}) AS b ON true",
+        (f"{scope.tenant_id}:{execution_id}", scope.tenant_id, execution_id, *params),
+    )
+    execution = {key[2:]: value for key, value in row.items() if key.startswith("e_")}
+    other = {key: value for key, value in row.items() if not key.startswith("e_")}
+    return (execution if execution["id"] is not None else None,
+            other if any(value is not None for value in other.values()) else None)
+
+
 def require_new_execution(scope: Scope, execution_id: uuid.UUID, action_id: uuid.UUID, version: int, *,
                           status: str, started: bool) -> None:
     """A direct caller needs SELECT and INSERT on the execution it is about to create."""
@@ -118,9 +139,8 @@ def list_executions(scope: Scope, where: dict, first: int, after: str | None) ->
 
 
 def load_execution(scope: Scope, execution_id: uuid.UUID) -> dict | None:
-    row = scope.one(f"SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = %s AND id = %s",
-                    (scope.tenant_id, execution_id))
-    return row
+    return scope.one(f"SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = %s AND id = %s",
+                     (scope.tenant_id, execution_id))
 
 
 def get_execution(scope: Scope, execution_id: uuid.UUID) -> dict | None:

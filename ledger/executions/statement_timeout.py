@@ -1,7 +1,9 @@
 """A tool's database statements stop at its own deadline (PostgreSQL's statement_timeout).
 
 Narrowed with one set_config, and only for a tool whose responseTimeout ends before the enclosing
-bound (the request's deadline, or an enclosing tool's narrower one): most calls cost nothing here.
+bound (the request's deadline, or an enclosing tool's narrower one). The set_config and its reset are
+deferred (`ledger.db.pool.defer`): each goes in the round trip of the next statement, and a program that
+makes no statement sends neither.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Iterator
 
 from psycopg.pq import TransactionStatus
 
+from ..db.pool import Deferred, defer, undefer
 from ..scope import Scope
 from .tree import CallTree
 
@@ -24,14 +27,15 @@ def statements_bounded_by(scope: Scope, tree: CallTree, deadline: float) -> Iter
         yield
         return
     tree.statement_bounds.append(deadline)
-    _set_statement_timeout(scope, deadline)
+    narrowed = _set_statement_timeout(scope, deadline)
     try:
         yield
     finally:
         tree.statement_bounds.pop()
-        # After a failed statement (a graphql() with check=True runs without a savepoint of its own)
-        # the call's savepoint rolls back, which restores the enclosing statement_timeout anyway.
-        if not _in_failed_transaction(scope):
+        # Never sent (no statement ran since): nothing to reset. After a failed statement (a graphql()
+        # with check=True runs without a savepoint of its own) the call's savepoint rolls back, which
+        # restores the enclosing statement_timeout anyway.
+        if not undefer(scope.conn, narrowed) and not _in_failed_transaction(scope):
             _set_statement_timeout(scope, enclosing)
 
 
@@ -39,6 +43,8 @@ def _in_failed_transaction(scope: Scope) -> bool:
     return scope.conn.info.transaction_status == TransactionStatus.INERROR
 
 
-def _set_statement_timeout(scope: Scope, deadline: float) -> None:
+def _set_statement_timeout(scope: Scope, deadline: float) -> Deferred:
+    # The milliseconds left now: sent a little later, the bound ends a little after the deadline, which
+    # the deadline checks before every statement (`_DeadlineCursor`) and the sandbox's own cover.
     remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
-    scope.conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(remaining_ms),))
+    return defer(scope.conn, "SELECT set_config('statement_timeout', %s, true)", (str(remaining_ms),))
