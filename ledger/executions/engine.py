@@ -11,7 +11,6 @@ calls come back here as children the same way.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from typing import Any, Protocol
 
@@ -30,7 +29,7 @@ from .failures import CallFailed, graphql_failure
 from .host import ToolHost, execute_graphql
 from .model_tool import run_model_tool
 from .records import PendingExecution
-from .references import program_reaches_database, program_tool_names, resolve_tools
+from .references import program_tool_names, resolve_tools
 from .statement_timeout import statements_bounded_by
 from .tree import TREE_KEY, CallTree, now, response_deadline
 
@@ -81,11 +80,9 @@ def run_call(scope: Scope, tree: CallTree, record: dict, input: Any, *, executio
         scope.request_state[TREE_KEY] = tree
     log_context = bind_call(execution_id=execution_id, root_execution_id=root_execution_id,
                             tenant=scope.tenant_id, action=record["name"])
-    # A program that provably runs no statement has nothing to roll back: no savepoint at all. Any other
-    # call's savepoint is deferred: sent with its first statement, and not at all if it makes none.
-    quiet = body is None and record["kind"] == "tool" and not program_reaches_database(record)
+    # The call's savepoint is deferred: sent with its first statement, and not at all if it makes none.
     try:
-        with contextlib.nullcontext() if quiet else deferred_savepoint(scope.conn):
+        with deferred_savepoint(scope.conn):
             _check_input(record, input)
             if body is not None:
                 try:
@@ -153,9 +150,8 @@ def _run_program(scope: Scope, tree: CallTree, record: dict, input: Any, pending
                       tool_names=program_tool_names(record["config"]["src"], tools))
     tree.stack.append((record["action_id"], record["version"]))
     try:
-        # No statement of its own to bound for a program that provably runs none (two round trips).
-        bounded = statements_bounded_by(scope, tree, deadline) if program_reaches_database(record) else None
-        with bounded or contextlib.nullcontext():
+        # Deferred too: a program that makes no statement sends neither the narrowing nor its reset.
+        with statements_bounded_by(scope, tree, deadline):
             outcome: RunOutcome = tree.executor().run(program, pending.event, host, deadline)
     finally:
         tree.stack.pop()

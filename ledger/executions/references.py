@@ -52,9 +52,3 @@ def program_tool_names(source: str, resolved: dict[str, dict]) -> tuple[str, ...
 # tools.<name>() (cel(), print() and fail() run none), and it can make them only by naming them or the
 # prelude's internals (`__host`, `__send`, ...: runtime/starlark_program.py): Starlark has no eval and no
 # way to look a global up by a computed name. So a source naming none of them never makes a statement.
-_DATABASE_REACH = re.compile(r"__|\bgraphql\b|\btools\b")
-
-
-def program_reaches_database(record: dict) -> bool:
-    """Whether a tool's program may run database statements (false only when it provably cannot)."""
-    return bool(record.get("tools")) or bool(_DATABASE_REACH.search(record["config"]["src"]))

@@ -31,7 +31,7 @@ from ..metrics import call_finished, json_size, observe_tree
 from ..policy.chain import Chain
 from ..policy.principal import Principal
 from ..scope import Scope
-from .claims import QUEUE_ROW, Job, LeaseLost, fence, fence_statement, held, release
+from .claims import QUEUE_ROW, Job, fence, fence_statement, held, release
 from .triggers import TRIGGERS_VERSION_COLUMN, remember_version
 
 TERMINAL_CODES = {"action_input_invalid", "action_access_denied", "action_call_limit_exceeded",
