@@ -94,6 +94,13 @@ def _send_deferred(conn: psycopg.Connection) -> None:
         psycopg.Cursor(conn).execute(deferred.sql, deferred.params)
 
 
+def _flush_deferred(conn: psycopg.Connection) -> None:
+    """The deferred statements, now, in one round trip of their own (before a savepoint or the commit)."""
+    if conn.ledger_deferred:
+        with conn.pipeline():
+            _send_deferred(conn)
+
+
 class _DeadlineCursor(psycopg.Cursor):
     """Refuses to start a statement once its transaction's deadline has passed, and sends the
     connection's deferred statements (`defer`) in the same round trip as the next one.
@@ -145,18 +152,14 @@ class _Connection(psycopg.Connection):
         """psycopg's savepoint (or transaction), with the deferred statements sent before it begins and
         before it is released; those deferred inside it are dropped when it rolls back, which undoes
         them (and a RELEASE among them names a savepoint the rollback removed)."""
-        if self.ledger_deferred:
-            with self.pipeline():
-                _send_deferred(self)
+        _flush_deferred(self)
         with super().transaction(*args, **kwargs) as block:
             try:
                 yield block
             except BaseException:
                 self.ledger_deferred.clear()
                 raise
-            if self.ledger_deferred:
-                with self.pipeline():
-                    _send_deferred(self)
+            _flush_deferred(self)
 
 
 def _configure(conn: psycopg.Connection) -> None:
@@ -340,9 +343,7 @@ class Database:
                     conn.ledger_deferred.clear()  # rolled back: nothing they would set matters
                     block.__exit__(type(exc), exc, exc.__traceback__)
                     raise
-                if conn.ledger_deferred:
-                    with conn.pipeline():
-                        _send_deferred(conn)
+                _flush_deferred(conn)
                 block.__exit__(None, None, None)
         finally:
             self._give_back(conn)
@@ -384,8 +385,7 @@ class Database:
                     raise
 
     def _give_back(self, conn: psycopg.Connection) -> None:
-        conn.ledger_deadline = None
-        conn.ledger_deferred.clear()
+        conn.ledger_deadline = None  # its deferred statements go in the pool's reset (_forget_deferred)
         conn.ledger_returned_at = time.monotonic()
         self.pool.putconn(conn)
 
