@@ -384,6 +384,13 @@ class Database:
                 with translate_db_errors():
                     raise
 
+    def dedicated_connection(self) -> psycopg.Connection:
+        """A connection set up as the pool's are (role, rows as dicts, autocommit), but outside the pool:
+        for a loop that uses one all the time (a worker's claims), so that no pool's check precedes each use."""
+        conn = psycopg.connect(self.conninfo, autocommit=True, row_factory=dict_row)
+        _configure(conn)
+        return conn
+
     def _give_back(self, conn: psycopg.Connection) -> None:
         conn.ledger_deadline = None  # its deferred statements go in the pool's reset (_forget_deferred)
         conn.ledger_returned_at = time.monotonic()

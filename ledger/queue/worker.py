@@ -18,13 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 from prometheus_client import Counter, Histogram
 
 from ..errors import Retryable
 from ..logs import bind_call, unbind_call
 from ..metrics import QUEUE_DEPTH
-from ..db.pool import APP_ROLE
 from .attempts import raise_started_events, run_attempt
 from .claims import Job, LeaseLost, claim, drop_leases
 from .planned import settle_expired_plans
@@ -124,9 +122,7 @@ class Worker:
     def _connection(self) -> psycopg.Connection:
         """The claim loop's own connection: claims come often, and need no pool's check before each."""
         if self._claim_conn is None or self._claim_conn.closed:
-            conn = psycopg.connect(self.services.db.conninfo, autocommit=True, row_factory=dict_row)
-            conn.execute(f"SET ROLE {APP_ROLE}")
-            self._claim_conn = conn
+            self._claim_conn = self.services.db.dedicated_connection()
         return self._claim_conn
 
     def _close_claim_conn(self) -> None:
