@@ -281,6 +281,38 @@ def mark_rolled_back(pending: list[PendingExecution], above: tuple[PendingExecut
             outer = enclosing(outer)
 
 
+# The tree's rows, one JSON object per call holding its execution's and its invocation's columns: a JSON
+# value is wrapped in a one-element array, read back with `->0`, so that a JSON null stays the jsonb null
+# it was (jsonb_to_recordset would make it SQL NULL) while an absent error or usage stays SQL NULL.
+_ROWS = ("jsonb_to_recordset(%s::jsonb) AS r(id uuid, action_id uuid, action_version int, status text,"
+         " parent_execution_id uuid, root_execution_id uuid, call_sequence int, depth int, attempts int,"
+         " client_id uuid, event jsonb, input jsonb, session_id uuid, parent_attempt int, rolled_back bool,"
+         " mcp_server_id uuid, output jsonb, error jsonb, tools jsonb, logs jsonb, started_at timestamptz,"
+         " finished_at timestamptz, duration_ms float8, output_bytes int, usage jsonb)")
+_FLUSH = (
+    f"WITH r AS MATERIALIZED (SELECT * FROM {_ROWS}),"
+    " e AS (INSERT INTO executions (tenant_id, id, action_id, action_version, status, parent_execution_id,"
+    " root_execution_id, call_sequence, depth, attempts, client_id, event, input, session_id, parent_attempt,"
+    " rolled_back, mcp_server_id, trigger_depth)"
+    " SELECT %s, id, action_id, action_version, status, parent_execution_id, root_execution_id, call_sequence,"
+    " depth, attempts, client_id, event->0, input->0, session_id, parent_attempt, rolled_back, mcp_server_id, %s"
+    " FROM r),"
+    " i AS (INSERT INTO invocations (tenant_id, execution_id, attempt, input, output, error, tools, logs,"
+    " started_at, finished_at, duration_ms, output_bytes, usage)"
+    " SELECT %s, id, attempts, input->0, output->0, error->0, tools->0, logs->0, started_at, finished_at,"
+    " duration_ms, output_bytes, usage->0 FROM r)"
+    " SELECT now() AS now"
+)
+
+
+def _str(value: uuid.UUID | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _time(value: datetime.datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
 def flush(scope: Scope, pending: list[PendingExecution],
           above: tuple[PendingExecution, ...] = ()) -> datetime.datetime:
     """Write buffered executions and their invocations; returns their created_at.
@@ -292,50 +324,23 @@ def flush(scope: Scope, pending: list[PendingExecution],
     if not pending:
         return scope.one("SELECT now() AS now")["now"]
     mark_rolled_back(pending, above)
-    # now() and both inserts go to the server together: one round trip (a pipeline). Each insert is one
-    # statement over arrays (unnest), not a statement per row: a call tree of 1,000 graphql() reads
-    # spent more time writing its records row by row than running its reads. JSON goes as text, each
-    # value serialized once (a call's input is both its execution's and its invocation's). The arrays go in
-    # binary (%b): in text, psycopg quotes every element of a text array with a regular expression.
-    executions, invocations = [], []
-    for p in pending:
-        input_json = storable_json(p.input)
-        executions.append((p.execution_id, p.action_id, p.action_version, p.status, p.parent_execution_id,
-                           p.root_execution_id, p.call_sequence, p.depth, p.attempt, p.client_id,
-                           storable_json(p.event), input_json, p.session_id, p.parent_attempt, p.rolled_back,
-                           p.mcp_server_id))
-        invocations.append((p.execution_id, p.attempt, input_json, storable_json(p.output),
-                            storable_json(p.error) if p.error else None, storable_json(p.tools),
-                            storable_json(p.logs), p.started_at, p.finished_at, p.duration_ms, p.result_bytes(),
-                            storable_json(p.usage) if p.usage else None))
-    with scope.conn.pipeline():
-        now_cursor = scope.conn.execute("SELECT now() AS now")
-        scope.conn.execute(
-            "INSERT INTO executions (tenant_id, id, action_id, action_version, status, parent_execution_id,"
-            " root_execution_id, call_sequence, depth, attempts, client_id, event, input, session_id,"
-            " parent_attempt, rolled_back, mcp_server_id, trigger_depth)"
-            " SELECT %s, id, action_id, action_version, status, parent_execution_id, root_execution_id,"
-            " call_sequence, depth, attempts, client_id, event::jsonb, input::jsonb, session_id, parent_attempt,"
-            " rolled_back, mcp_server_id, %s"
-            " FROM unnest(%b::uuid[], %b::uuid[], %b::int[], %b::text[], %b::uuid[], %b::uuid[], %b::int[],"
-            " %b::int[], %b::int[], %b::uuid[], %b::text[], %b::text[], %b::uuid[], %b::int[], %b::bool[],"
-            " %b::uuid[]) AS r(id, action_id, action_version, status, parent_execution_id, root_execution_id,"
-            " call_sequence, depth, attempts, client_id, event, input, session_id, parent_attempt, rolled_back,"
-            " mcp_server_id)",
-            (scope.tenant_id, scope.trigger_depth, *(list(column) for column in zip(*executions))),
-        )
-        scope.conn.execute(
-            "INSERT INTO invocations (tenant_id, execution_id, attempt, input, output, error, tools, logs,"
-            " started_at, finished_at, duration_ms, output_bytes, usage)"
-            " SELECT %s, execution_id, attempt, input::jsonb, output::jsonb, error::jsonb, tools::jsonb,"
-            " logs::jsonb, started_at, finished_at, duration_ms, output_bytes, usage::jsonb"
-            " FROM unnest(%b::uuid[], %b::int[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],"
-            " %b::timestamptz[], %b::timestamptz[], %b::float8[], %b::int[], %b::text[])"
-            " AS r(execution_id, attempt, input, output, error, tools, logs, started_at, finished_at,"
-            " duration_ms, output_bytes, usage)",
-            (scope.tenant_id, *(list(column) for column in zip(*invocations))),
-        )
-    now = now_cursor.fetchone()["now"]
+    # One statement: both inserts and now(), over the rows sent as one JSON document, serialized once
+    # (storable_json: a NUL or a NaN anywhere in it is recorded as each value alone would be). A call tree
+    # of 1,000 graphql() reads must not spend more writing its records than running its reads, and a
+    # money call must not pay a pipeline (psycopg's machinery costs more client CPU than the round trips
+    # it saves on a local socket) nor an array adapter per column.
+    rows = [{
+        "id": str(p.execution_id), "action_id": str(p.action_id), "action_version": p.action_version,
+        "status": p.status, "parent_execution_id": _str(p.parent_execution_id),
+        "root_execution_id": str(p.root_execution_id), "call_sequence": p.call_sequence, "depth": p.depth,
+        "attempts": p.attempt, "client_id": str(p.client_id), "event": [p.event], "input": [p.input],
+        "session_id": _str(p.session_id), "parent_attempt": p.parent_attempt, "rolled_back": p.rolled_back,
+        "mcp_server_id": _str(p.mcp_server_id), "output": [p.output], "error": [p.error] if p.error else None,
+        "tools": [p.tools], "logs": [p.logs], "started_at": _time(p.started_at),
+        "finished_at": _time(p.finished_at), "duration_ms": p.duration_ms, "output_bytes": p.result_bytes(),
+        "usage": [p.usage] if p.usage else None,
+    } for p in pending]
+    now = scope.one(_FLUSH, (storable_json(rows), scope.tenant_id, scope.trigger_depth, scope.tenant_id))["now"]
     calls_finished(scope.tenant_id, pending)
     for call in pending:
         if call.parent_execution_id is None:
