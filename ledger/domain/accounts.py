@@ -110,10 +110,11 @@ def create_transfer(scope: Scope, transfer_id: uuid.UUID, from_id: uuid.UUID, to
         raise InvalidInput("a transfer needs two different accounts", hint="choose another destination account")
     if memo is not None and len(memo) > 1000:
         raise InvalidInput("a memo is at most 1,000 characters", hint="shorten the memo")
-    # Lock both rows in id order so opposite transfers cannot deadlock.
+    # Lock both rows in id order so opposite transfers cannot deadlock. The two ids go as two parameters,
+    # not an array: psycopg's array adapter costs ~40 us of CPU per statement.
     rows = scope.all(
-        f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE tenant_id = %s AND id = ANY(%s) ORDER BY id FOR UPDATE",
-        (scope.tenant_id, [from_id, to_id]),
+        f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE tenant_id = %s AND id IN (%s, %s) ORDER BY id FOR UPDATE",
+        (scope.tenant_id, from_id, to_id),
     )
     by_id = {r["id"]: r for r in rows}
     for label, account_id in (("fromAccountId", from_id), ("toAccountId", to_id)):
@@ -148,10 +149,10 @@ def create_transfer(scope: Scope, transfer_id: uuid.UUID, from_id: uuid.UUID, to
         " execution_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
         f" RETURNING {_TRANSFER_COLUMNS}),"
         " u AS (UPDATE accounts SET balance = balance + CASE WHEN id = %s THEN -%s::bigint ELSE %s::bigint END"
-        f" WHERE tenant_id = %s AND id = ANY(%s) AND EXISTS (SELECT 1 FROM t) RETURNING {_ACCOUNT_COLUMNS})"
+        f" WHERE tenant_id = %s AND id IN (%s, %s) AND EXISTS (SELECT 1 FROM t) RETURNING {_ACCOUNT_COLUMNS})"
         f" SELECT {_TRANSFERRED_COLUMNS} FROM t CROSS JOIN u",
         (scope.tenant_id, transfer_id, from_id, to_id, amount, source["currency"], memo, scope.writing_execution_id,
-         from_id, amount, amount, scope.tenant_id, [from_id, to_id]),
+         from_id, amount, amount, scope.tenant_id, from_id, to_id),
     )
     if not rows:
         raise AlreadyExists(f"a transfer with id {transfer_id} already exists",
