@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 
 from ledger.policy.chain import Layer
 from ledger.policy.statements import parse_policies
 
 log = logging.getLogger("ledger.policy")
+
+# Layers built from stored policies, by their name and the policies' JSON text: a request's client layer
+# and each tool version's are the same from one call to the next, and a layer kept keeps its plans and
+# the decisions it has evaluated (pure functions of their inputs). Keyed by content, so an edited client
+# or server gets a layer of its new policies at once. Layers whose policies have problems are not kept:
+# each use logs them, as before.
+_LAYERS: dict[tuple[str, str | None, str], Layer] = {}
+_LAYERS_LIMIT = 1024
+_LAYERS_LOCK = threading.Lock()
 
 
 def layer_from_stored(name: str, policies: list[dict], *, remedy: str | None = None) -> Layer:
@@ -18,10 +29,24 @@ def layer_from_stored(name: str, policies: list[dict], *, remedy: str | None = N
     the owner may do; so a layer whose stored policies have any problem allows nothing, and its name
     says why in every permission hint.
     """
+    try:
+        key = (name, remedy, json.dumps(policies))
+    except (TypeError, ValueError):
+        key = None
+    if key is not None:
+        kept = _LAYERS.get(key)
+        if kept is not None:
+            return kept
     statements, problems = parse_policies(policies)
     if problems:
         log.error("%s has stored policies that do not parse: %s", name, problems)
         lead = f"; {remedy}: " if remedy else ": "
         return Layer(f"{name} (its stored policies are invalid, so it is allowed nothing{lead}"
                      f"{problems[0]['path']}: {problems[0]['message']})", ())
-    return Layer(name, statements)
+    layer = Layer(name, statements)
+    if key is not None:
+        with _LAYERS_LOCK:
+            if len(_LAYERS) >= _LAYERS_LIMIT:
+                _LAYERS.clear()
+            _LAYERS[key] = layer
+    return layer
