@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .db.pool import statement_cursor
 from .policy.principal import Principal
 from .errors import PermissionDenied
 from .policy.chain import Chain
@@ -105,11 +106,12 @@ class Scope:
 
     # ------------------------------------------------------------------ SQL helpers
 
+    # Both fetch at once, so the connection's one statement cursor serves them (db.pool.statement_cursor).
     def one(self, sql: str, params: Any = None) -> dict | None:
-        return self.conn.execute(sql, params).fetchone()
+        return statement_cursor(self.conn).execute(sql, params).fetchone()
 
     def all(self, sql: str, params: Any = None) -> list[dict]:
-        return self.conn.execute(sql, params).fetchall()
+        return statement_cursor(self.conn).execute(sql, params).fetchall()
 
     def savepoint(self) -> Iterator[Any]:
         return self.conn.transaction()

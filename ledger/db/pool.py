@@ -132,8 +132,24 @@ class _DeadlineCursor(psycopg.Cursor):
 
 
 def _forget_deferred(conn: "_Connection") -> None:
-    """On the way back into the pool, from whatever user: a deferred statement never outlives its use."""
+    """On the way back into the pool, from whatever user: a deferred statement never outlives its use, nor
+    the last result of the connection's statement cursor (it may be a large listing)."""
     conn.ledger_deferred.clear()
+    conn.ledger_cursor = None
+
+
+def statement_cursor(conn: psycopg.Connection) -> psycopg.Cursor:
+    """A cursor for a statement whose rows the caller fetches at once, before its next statement: one per
+    pooled connection, reused from statement to statement. A new cursor per statement (`conn.execute`)
+    sets up its adapters again, for every parameter and result column: ~7 us for `SELECT 1`, ~30 us for a
+    statement of a few parameters and columns, of client CPU. A connection from outside the pool gets a
+    cursor of its own each time."""
+    cursor = getattr(conn, "ledger_cursor", False)
+    if cursor is False:  # not a pooled connection
+        return conn.cursor()
+    if cursor is None or cursor.closed:
+        cursor = conn.ledger_cursor = conn.cursor()
+    return cursor
 
 
 class _Connection(psycopg.Connection):
@@ -146,6 +162,7 @@ class _Connection(psycopg.Connection):
         super().__init__(*args, **kwargs)
         self.ledger_deferred = []
         self.ledger_savepoints = 0  # numbers the names of `deferred_savepoint`
+        self.ledger_cursor: psycopg.Cursor | None = None  # `statement_cursor`
 
     @contextlib.contextmanager
     def transaction(self, *args, **kwargs):
