@@ -11,6 +11,7 @@ calls come back here as children the same way.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from typing import Any, Protocol
 
@@ -147,7 +148,7 @@ def _run_program(scope: Scope, tree: CallTree, record: dict, input: Any, pending
     host = ToolHost(tool_scope, tree, pending, tools, deadline, run_call)
     program = Program(key=(str(scope.tenant_id), str(record["action_id"]), record["version"]),
                       source=record["config"]["src"],
-                      tool_names=program_tool_names(record["config"]["src"], tools))
+                      tool_names=_tool_names(record["config"]["src"], tuple(tools)))
     tree.stack.append((record["action_id"], record["version"]))
     try:
         # Deferred too: a program that makes no statement sends neither the narrowing nor its reset.
@@ -160,6 +161,13 @@ def _run_program(scope: Scope, tree: CallTree, record: dict, input: Any, pending
         raise CallFailed(outcome.error_code or "action_failure", outcome.error_message or "the program failed",
                          outcome.error_hint)
     return outcome.output
+
+
+@functools.lru_cache(maxsize=1024)
+def _tool_names(source: str, resolved: tuple[str, ...]) -> tuple[str, ...]:
+    """`program_tool_names`, a function of the source and the resolved names, kept: it scans the source
+    with a regular expression, on every call of the program otherwise."""
+    return program_tool_names(source, dict.fromkeys(resolved))
 
 
 def _run_native(scope: Scope, tree: CallTree, record: dict, input: Any, pending: PendingExecution) -> Any:
