@@ -1,8 +1,8 @@
 """Execution records: reads (authorized per record) and the buffered writer of a call tree.
 
 A call tree of 1,000 native calls must not cost 1,000 INSERT round trips, so rows are buffered while the
-tree runs and written together once the top-level call has finished (psycopg's executemany pipelines
-them), inside the same transaction.
+tree runs and written together once the top-level call has finished, in one statement (`flush`), inside
+the same transaction.
 """
 
 from __future__ import annotations
