@@ -2,7 +2,8 @@
 
 - A claim is one statement (`ledger_claim_and_start`: UPDATE ... FOR UPDATE SKIP LOCKED), in batches, that
   also marks its executions RUNNING (the status change's events are raised in the claim's transaction)
-  and drops the leases of the attempts its worker finished since its last claim.
+  and drops the leases of the attempts its worker finished since its last claim. Executions of tenants
+  without triggers (no event to raise) are claimed by that statement alone, in autocommit.
 - Every claim carries a lease the worker renews. A worker that dies stops renewing; its lease lapses
   within `lease_seconds` and another worker claims the execution again.
 - The attempt commits only while its lease token still holds the queue row (the fence): an attempt whose
@@ -43,20 +44,46 @@ class Job:
 
 def claim(conn: psycopg.Connection, worker: str, batch: int, lease_seconds: float, *,
           finished: Sequence[uuid.UUID] = (), on_started: Callable[[psycopg.Connection, list[dict]], None] | None = None,
-          ) -> list[dict]:
-    """Claim up to `batch` due executions for `worker` and mark them RUNNING, in one transaction of an
-    autocommit connection; `finished`: the leases of attempts the worker finished, dropped with it.
+          untriggered_first: bool = False) -> list[dict]:
+    """Claim up to `batch` due executions for `worker` and mark them RUNNING, on an autocommit connection;
+    `finished`: the leases of attempts the worker finished, dropped with it.
 
     READ COMMITTED, so that a claim skips (never fails on) rows a concurrent claim took, and needs no lock
     of its own: see `ledger_lease_held`. `on_started(conn, rows)` runs before the commit, to raise the
     events of the status changes in the transaction that makes them.
+
+    `untriggered_first`: first claim, in one statement that is its own transaction, executions of tenants
+    with no trigger on their status changes (no trigger can react to their RUNNING); only a batch that does
+    not fill goes on to the claim in a transaction of its own, for the rest. The rows that one claimed say
+    `in_transaction`.
     """
+    rows: list[dict] = []
+    if untriggered_first:
+        rows = conn.execute("SELECT * FROM ledger_claim_and_start(%s, %s, %s, %s, true)",
+                            (worker, batch, lease_seconds, list(finished))).fetchall()
+        if len(rows) >= batch:
+            return rows
+        try:
+            # The leases of `finished` were dropped with it.
+            return rows + _claim_in_transaction(conn, worker, batch - len(rows), lease_seconds, (), on_started)
+        except Exception:
+            if rows:
+                return rows  # committed: run them; the rest waits for the next claim
+            raise
+    return _claim_in_transaction(conn, worker, batch, lease_seconds, finished, on_started)
+
+
+def _claim_in_transaction(conn: psycopg.Connection, worker: str, batch: int, lease_seconds: float,
+                          finished: Sequence[uuid.UUID],
+                          on_started: Callable[[psycopg.Connection, list[dict]], None] | None) -> list[dict]:
     with conn.pipeline():  # BEGIN and the claim in one round trip
         conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
         cursor = conn.execute("SELECT * FROM ledger_claim_and_start(%s, %s, %s, %s)",
                               (worker, batch, lease_seconds, list(finished)))
     try:
         rows = cursor.fetchall()
+        for row in rows:
+            row["in_transaction"] = True
         if on_started is not None and rows:
             on_started(conn, rows)
         conn.execute("COMMIT")
