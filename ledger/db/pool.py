@@ -131,9 +131,20 @@ class _DeadlineCursor(psycopg.Cursor):
         return super().executemany(query, params_seq, **kwargs)
 
 
-def _forget_deferred(conn: "_Connection") -> None:
-    """On the way back into the pool, from whatever user: a deferred statement never outlives its use."""
-    conn.ledger_deferred.clear()
+class _Pool(ConnectionPool):
+    """A connection given back forgets its deferred statements, from whatever user: a deferred statement
+    never outlives its use.
+
+    Done here, on the returning thread, rather than as the pool's `reset`: with a `reset`, psycopg_pool
+    hands every returned connection to one of its worker threads (a queue put and a thread wake-up per
+    request, and the next request waits for that thread to put the connection back); without one, the
+    returning thread puts it back itself (a connection left in a transaction is still rolled back)."""
+
+    def putconn(self, conn: psycopg.Connection) -> None:
+        deferred = getattr(conn, "ledger_deferred", None)
+        if deferred:
+            deferred.clear()
+        super().putconn(conn)
 
 
 class _Connection(psycopg.Connection):
@@ -263,14 +274,13 @@ class Database:
         """`max_waiting` bounds the requests waiting for a connection (0: unbounded); beyond it a request
         fails at once with `retryable`."""
         reachability = Reachability(conninfo)
-        pool = ConnectionPool(
+        pool = _Pool(
             conninfo,
             min_size=min_size,
             max_size=max_size,
             timeout=wait_timeout,
             reconnect_timeout=RECONNECT_TIMEOUT,
             connection_class=_Connection,
-            reset=_forget_deferred,
             kwargs={"autocommit": True, "row_factory": dict_row, "cursor_factory": _DeadlineCursor},
             configure=_configure,
             check=reachability.check,
@@ -392,7 +402,7 @@ class Database:
         return conn
 
     def _give_back(self, conn: psycopg.Connection) -> None:
-        conn.ledger_deadline = None  # its deferred statements go in the pool's reset (_forget_deferred)
+        conn.ledger_deadline = None  # its deferred statements are forgotten by the pool (_Pool.putconn)
         conn.ledger_returned_at = time.monotonic()
         self.pool.putconn(conn)
 
