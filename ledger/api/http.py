@@ -297,7 +297,7 @@ def build_app(services: Services) -> Starlette:
     async def inbox(request: Request) -> Response:
         return inbox_response()
 
-    mcp = McpEndpoint(services)
+    mcp = McpEndpoint(services, threads)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette):
