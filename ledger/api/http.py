@@ -15,7 +15,6 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 from starlette.applications import Starlette
-from starlette._utils import get_route_path
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import Request
@@ -36,6 +35,12 @@ from .mcp import McpEndpoint
 from .requests import request_transaction
 from .schema import schema
 from .threads import RequestThreads
+
+try:  # the router's own reading of the path under a root_path (a private helper of starlette's)
+    from starlette._utils import get_route_path
+except ImportError:  # pragma: no cover - an older or newer starlette: the plain path
+    def get_route_path(scope: dict) -> str:
+        return scope["path"]
 
 log = logging.getLogger("ledger.http")
 
@@ -235,8 +240,9 @@ class GraphQLEndpoint:
 
 class _PageOrPost:
     """The /graphql route (an ASGI app, not a function, so that starlette does not wrap it as an endpoint):
-    GraphiQL for GET (and HEAD); POST, which `_App` sends to the endpoint before routing, never gets here,
-    but the route names it (a PUT is answered 405 with `Allow: GET, HEAD, POST`)."""
+    GraphiQL for GET (and HEAD); POST, which `_App` sends to the endpoint before routing, gets here only if
+    its path reading differs from the router's, and the route names it (a PUT is answered 405 with
+    `Allow: GET, HEAD, POST`)."""
 
     def __init__(self, graphql: GraphQLEndpoint) -> None:
         self._post = graphql
