@@ -34,7 +34,7 @@ from .json_codec import dump_json, load_json
 from .mcp import McpEndpoint
 from .requests import request_transaction
 from .schema import schema
-from .threads import RequestThreads
+from .threads import RequestThreads, request_thread_count
 
 try:  # the router's own reading of the path under a root_path (a private helper of starlette's)
     from starlette._utils import get_route_path
@@ -272,7 +272,7 @@ class _App(Starlette):
 
 def build_app(services: Services) -> Starlette:
     settings = services.settings
-    threads = RequestThreads(settings.pool_max + settings.pool_queue + 8)
+    threads = RequestThreads(request_thread_count(settings))
     graphql_endpoint = GraphQLEndpoint(services, threads)
 
     async def healthz(request: Request) -> Response:

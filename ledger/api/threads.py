@@ -18,11 +18,20 @@ from typing import Any, Callable, TypeVar
 T = TypeVar("T")
 
 
+# anyio's default thread limit, which `run_in_threadpool` had (ledger/wiring.py raises it, never lowers it).
+_ANYIO_DEFAULT = 40
+
+
+def request_thread_count(settings: Any) -> int:
+    """Every request runs on a thread while it holds or waits for a connection: enough threads for all of
+    them (the pool's connections, its queue, a few more), so that a request is never queued, unbounded and
+    untimed, for a thread instead; at least as many as anyio gave before (the same behaviour under load)."""
+    return max(_ANYIO_DEFAULT, settings.pool_max + settings.pool_queue + 8)
+
+
 class RequestThreads:
     def __init__(self, size: int) -> None:
-        # Every request runs on a thread while it holds or waits for a connection: `size` is enough
-        # threads for all of them (the pool's connections and its queue), so that a request is never
-        # queued, unbounded and untimed, for a thread instead. Threads start when first needed.
+        # Threads start when first needed, up to `size` (`request_thread_count`).
         self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="ledger-request")
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:

@@ -32,7 +32,7 @@ from ...errors import LedgerError, PermissionDenied, Retryable, Unauthenticated
 from ...services import Services
 from ..json_codec import dump_json
 from ..requests import HeldTransaction
-from ..threads import RequestThreads
+from ..threads import RequestThreads, request_thread_count
 from .calls import Caller, McpCalls
 from .telemetry import CALLER_KEY, OBSERVED_KEY, Telemetry, observe_refusal
 
@@ -57,7 +57,7 @@ class McpEndpoint:
         self.services = services
         # The request threads /graphql runs on (`build_app` shares them); one's own otherwise.
         settings = services.settings
-        self.threads = threads or RequestThreads(settings.pool_max + settings.pool_queue + 8)
+        self.threads = threads or RequestThreads(request_thread_count(settings))
         self.calls = McpCalls(services)
         self.server: Server[Any] = Server(
             "ledger",
