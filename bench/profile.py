@@ -18,11 +18,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 
 from . import loadgen, workloads
-from .env import Client, Cluster, Server
+from .env import Client, Cluster, Server, cpu_seconds
 from .fixtures import INVOKE, READ, populate, prepare_database
 
 
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--top", type=int, default=45)
     parser.add_argument("--focus", help="only stacks through a frame containing this text")
+    parser.add_argument("--http", help="the server's HTTP stack (LEDGER_HTTP: h11, httptools, granian)")
     args = parser.parse_args(argv)
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     workdir = Path(tempfile.mkdtemp(prefix="ledger-profile-"))
@@ -64,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         url = cluster.create_database("ledger")
         tenant_id, client_id, token, secret = prepare_database(url)
-        server = Server(url, workdir, workers=1 if args.workload == "tree" else 2)
+        server = Server(url, workdir, workers=1 if args.workload == "tree" else 2,
+                        extra_env={"LEDGER_HTTP": args.http} if args.http else None)
         fx = populate(url, server.url, tenant_id, client_id, token, secret, accounts=50)
         if args.workload.startswith("tool-"):
             via = args.workload.removeprefix("tool-")
@@ -86,10 +89,15 @@ def main(argv: list[str] | None = None) -> int:
                                                                                  "n": 1000}}})
             driver = threading.Thread(target=drive)
         else:
-            loadgen.run(spec, 4, 2)
-            driver = threading.Thread(target=lambda: print(loadgen.run(spec, 4, args.seconds + 2)))
+            driver = threading.Thread(target=lambda: print(loadgen.run(spec, 4, args.seconds + 4)))
+        pids = server.worker_pids()
+        before = [cpu_seconds([pid]) for pid in pids]
         driver.start()
-        subprocess.run([py_spy, "record", "-p", str(server.worker_pids()[0]), "-d", str(int(args.seconds)),
+        time.sleep(2)
+        # The load generator's few keep-alive connections may all land on one server process: sample the
+        # busiest one.
+        busiest = max(zip((cpu_seconds([pid]) - b for pid, b in zip(pids, before)), pids))[1]
+        subprocess.run([py_spy, "record", "-p", str(busiest), "-d", str(int(args.seconds)),
                         "-r", "200", "--gil", "-f", "raw", "-o", str(out)], check=True, capture_output=True)
         driver.join()
         print(_summarize(out, args.top, args.focus))

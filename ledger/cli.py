@@ -187,8 +187,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from .models import load_models
 
     # Before anything starts: an invalid models file is an error naming the file and key, not a
-    # traceback from the server's factory.
+    # traceback from the server's factory; so is an HTTP stack that is not there.
     load_models(settings.models_file)
+    http = _http_stack()
     attached = attach(settings)
     # uvicorn shuts down gracefully on SIGTERM and then raises the signal again: handle it, so that the
     # `finally` below still runs (closing the services and the embedded cluster) instead of the
@@ -223,10 +224,14 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
                       f"{token_path}> to the URL)", flush=True)
         else:
             print(f"GraphQL: http://{settings.host}:{settings.port}/graphql", flush=True)
-        uvicorn.run("ledger.wiring:create_app", factory=True, host=settings.host, port=settings.port,
-                    workers=args.workers if args.workers > 1 else None, log_level=args.log_level,
-                    access_log=False, timeout_graceful_shutdown=10, log_config=logging_config(args.log_level),
-                    http="ledger.api.nodelay:NoDelayH11Protocol")
+        if http == "granian":
+            _serve_granian(args, settings)
+        else:
+            protocol = {"h11": "NoDelayH11Protocol", "httptools": "NoDelayHttpToolsProtocol"}[http]
+            uvicorn.run("ledger.wiring:create_app", factory=True, host=settings.host, port=settings.port,
+                        workers=args.workers if args.workers > 1 else None, log_level=args.log_level,
+                        access_log=False, timeout_graceful_shutdown=10, log_config=logging_config(args.log_level),
+                        http=f"ledger.api.nodelay:{protocol}")
     finally:
         attached.close()
         if metrics_dir is not None:
@@ -234,6 +239,38 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
             shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
+
+
+# The HTTP/1.1 server under the app (README "Serving"): uvicorn with httptools' parser (llhttp, in C), the
+# default; uvicorn with h11 (pure Python: ~0.4 ms more server CPU per read); granian (Rust; not a
+# dependency: `pip install granian`). `python -m bench.http_stacks` measures the three in one run.
+HTTP_STACKS = ("httptools", "h11", "granian")
+
+
+def _http_stack() -> str:
+    import importlib.util
+
+    http = os.environ.get("LEDGER_HTTP", "").strip().lower() or "httptools"
+    if http not in HTTP_STACKS:
+        raise LedgerError(f"LEDGER_HTTP={http!r} names no HTTP stack", code="bad_request",
+                          hint=f"use one of {', '.join(HTTP_STACKS)}, or leave it unset (httptools)")
+    if importlib.util.find_spec(http) is None:  # each stack's package has its name
+        raise LedgerError(f"LEDGER_HTTP={http} needs the {http} package, which is not installed",
+                          code="bad_request", hint=f"pip install {http}, or leave LEDGER_HTTP unset")
+    return http
+
+
+def _serve_granian(args: argparse.Namespace, settings: Settings) -> None:
+    from granian.constants import Interfaces, Loops
+    from granian.log import LogLevels
+    from granian.server import Server
+
+    from .logs import logging_config
+
+    Server("ledger.wiring:create_app", factory=True, address=settings.host, port=settings.port,
+           interface=Interfaces.ASGI, workers=max(args.workers, 1), loop=Loops.uvloop,
+           log_level=LogLevels(args.log_level.lower()), log_dictconfig=logging_config(args.log_level),
+           workers_kill_timeout=10).serve()
 
 
 def _loopback(host: str) -> bool:

@@ -249,3 +249,12 @@ def test_token_command_with_malformed_ids_is_a_clear_error(workdir):
     result = _run("token", "--data-dir", str(workdir / "unused"), "--tenant", "acme", "--client", "bob")
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+
+
+def test_serve_refuses_an_http_stack_it_does_not_have(workdir):
+    result = subprocess.run([*_ledger(), "serve", "--data-dir", str(workdir / "unused")], capture_output=True,
+                            text=True, env={**_env(), "LEDGER_HTTP": "tornado"}, cwd=ROOT, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: LEDGER_HTTP='tornado' names no HTTP stack")
+    assert "Traceback" not in result.stderr
+    assert not (workdir / "unused").exists()  # refused before it started anything

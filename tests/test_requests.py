@@ -435,6 +435,19 @@ def test_graphiql_page_needs_no_token(api):
     assert "GraphiQL" in response.text
 
 
+def test_graphql_answers_json_with_its_length(api):
+    response = _raw(api, json.dumps({"query": VIEWER}).encode())
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert int(response.headers["content-length"]) == len(response.content)
+
+
+def test_graphql_refuses_other_methods_naming_get_and_post(api):
+    response = api.http.put("/graphql", content=b"{}", headers={"Authorization": f"Bearer {api.token}"})
+    assert response.status_code == 405
+    assert {m.strip() for m in response.headers["allow"].split(",")} == {"GET", "HEAD", "POST"}
+
+
 def test_healthz_needs_no_token(api):
     response = api.http.get("/healthz")
     assert response.status_code == 200 and response.json() == {"status": "ok"}

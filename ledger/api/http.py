@@ -16,9 +16,10 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, request_response
 
 from ..db.retry import retry_lost_races
 from ..errors import LedgerError, Retryable, Unauthenticated
@@ -33,6 +34,13 @@ from .json_codec import dump_json, load_json
 from .mcp import McpEndpoint
 from .requests import request_transaction
 from .schema import schema
+from .threads import RequestThreads, request_thread_count
+
+try:  # the router's own reading of the path under a root_path (a private helper of starlette's)
+    from starlette._utils import get_route_path
+except ImportError:  # pragma: no cover - an older or newer starlette: the plain path
+    def get_route_path(scope: dict) -> str:
+        return scope["path"]
 
 log = logging.getLogger("ledger.http")
 
@@ -51,70 +59,104 @@ def _json(payload: Any, status: int = 200) -> Response:
     return Response(dump_json(payload), status_code=status, media_type="application/json")
 
 
-class GraphQLEndpoint:
-    def __init__(self, services: Services) -> None:
-        self.services = services
+# The request headers POST /graphql reads; the first of each counts, as in starlette's `Headers.get`.
+_HEADERS = (b"authorization", b"content-length", b"request-timeout", b"ledger-dry-run")
 
-    async def __call__(self, request: Request) -> Response:
-        if request.method == "GET":
-            return HTMLResponse(await run_in_threadpool(graphiql_page, self.services))
+
+def _headers(scope: dict) -> dict[bytes, str]:
+    found: dict[bytes, str] = {}
+    for name, value in scope["headers"]:
+        if name in _HEADERS and name not in found:
+            found[name] = value.decode("latin-1")
+    return found
+
+
+def _errors(message: str, code: str, hint: str | None = None) -> dict:
+    return {"errors": [error_payload(message, code, hint)]}
+
+
+class GraphQLEndpoint:
+    """POST /graphql as a plain ASGI app: it answers JSON only, so starlette's Request and Response (and
+    its router, for the one path every client calls) are work it does not need (`build_app`)."""
+
+    def __init__(self, services: Services, threads: RequestThreads) -> None:
+        self.services = services
+        self.threads = threads
+
+    async def page(self, request: Request) -> Response:
+        return HTMLResponse(await run_in_threadpool(graphiql_page, self.services))
+
+    async def __call__(self, scope: dict, receive, send) -> None:
         started = time.perf_counter()
         try:
-            response = await self._post(request)
+            answer = await self._post(scope, receive)
         finally:
             REQUEST_SECONDS.observe(time.perf_counter() - started)
-        return response
+        if answer is None:
+            return  # the client went away before its body arrived: nobody to answer
+        payload, status = answer
+        body = dump_json(payload)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-length", str(len(body)).encode()),
+                                (b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
 
-    async def _post(self, request: Request) -> Response:
-        settings = self.services.settings
-        too_large = _json({"errors": [error_payload(
-            f"the request body exceeds {settings.max_body_bytes} bytes", "request_too_large",
-            "send a smaller document or variables")]}, 413)
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > settings.max_body_bytes:
-            REQUESTS.labels("too_large").inc()
-            return too_large
+    async def _post(self, scope: dict, receive) -> tuple[dict, int] | None:
+        limit = self.services.settings.max_body_bytes
+        headers = _headers(scope)
+        declared = headers.get(b"content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            return self._too_large(limit)
         # Read at most the limit (a chunked body declares no length): never buffer an unbounded body.
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > settings.max_body_bytes:
-                REQUESTS.labels("too_large").inc()
-                return too_large
-            chunks.append(chunk)
-        body = b"".join(chunks)
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    return self._too_large(limit)
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         try:
             params = load_json(body)
         except ValueError as exc:
             REQUESTS.labels("bad_request").inc()
-            return _json({"errors": [error_payload(f"the body is not valid JSON: {exc}", "bad_request",
-                                                   "send a JSON object {query, variables, operationName}")]}, 400)
+            return _errors(f"the body is not valid JSON: {exc}", "bad_request",
+                           "send a JSON object {query, variables, operationName}"), 400
         if not isinstance(params, dict) or not isinstance(params.get("query"), str):
             REQUESTS.labels("bad_request").inc()
-            return _json({"errors": [error_payload("the body needs a `query` string", "bad_request",
-                                                   "send a JSON object {query, variables, operationName}")]}, 400)
+            return _errors("the body needs a `query` string", "bad_request",
+                           "send a JSON object {query, variables, operationName}"), 400
         variables = params.get("variables")
         operation_name = params.get("operationName")
         if variables is not None and not isinstance(variables, dict) or (
                 operation_name is not None and not isinstance(operation_name, str)):
             REQUESTS.labels("bad_request").inc()
-            return _json({"errors": [error_payload("`variables` must be an object and `operationName` a string",
-                                                   "bad_request")]}, 400)
+            return _errors("`variables` must be an object and `operationName` a string", "bad_request"), 400
         try:
-            claims = self._authenticate(request)
-            deadline = self._deadline(request)
+            claims = self._authenticate(headers.get(b"authorization", ""))
+            deadline = self._deadline(headers.get(b"request-timeout"))
         except LedgerError as exc:
             REQUESTS.labels(exc.code).inc()
             status = 401 if isinstance(exc, Unauthenticated) else 400
-            return _json({"errors": [error_payload(exc.message, exc.code, exc.hint)]}, status)
-        dry_run = request.headers.get("ledger-dry-run", "").strip().lower() == "true"
-        payload, status = await run_in_threadpool(
-            self.execute, claims, params["query"], variables, operation_name, deadline, dry_run)
-        return _json(payload, status)
+            return _errors(exc.message, exc.code, exc.hint), status
+        dry_run = headers.get(b"ledger-dry-run", "").strip().lower() == "true"
+        return await self.threads.run(self.execute, claims, params["query"], variables, operation_name, deadline,
+                                      dry_run)
 
-    def _authenticate(self, request: Request):
-        header = request.headers.get("authorization", "")
+    @staticmethod
+    def _too_large(limit: int) -> tuple[dict, int]:
+        REQUESTS.labels("too_large").inc()
+        return _errors(f"the request body exceeds {limit} bytes", "request_too_large",
+                       "send a smaller document or variables"), 413
+
+    def _authenticate(self, header: str):
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthenticated("this request carries no bearer token",
@@ -126,9 +168,8 @@ class GraphQLEndpoint:
                                        "token without mcpServer (issueToken(clientId, ttlSeconds))")
         return claims
 
-    def _deadline(self, request: Request) -> float:
+    def _deadline(self, raw: str | None) -> float:
         settings = self.services.settings
-        raw = request.headers.get("request-timeout")
         seconds = settings.request_timeout
         if raw:
             try:
@@ -197,11 +238,42 @@ class GraphQLEndpoint:
         return payload, 200
 
 
-def build_app(services: Services) -> Starlette:
-    graphql_endpoint = GraphQLEndpoint(services)
+class _PageOrPost:
+    """The /graphql route (an ASGI app, not a function, so that starlette does not wrap it as an endpoint):
+    GraphiQL for GET (and HEAD); POST, which `_App` sends to the endpoint before routing, gets here only if
+    its path reading differs from the router's, and the route names it (a PUT is answered 405 with
+    `Allow: GET, HEAD, POST`)."""
 
-    async def endpoint(request: Request) -> Response:
-        return await graphql_endpoint(request)
+    def __init__(self, graphql: GraphQLEndpoint) -> None:
+        self._post = graphql
+        self._page = request_response(graphql.page)
+
+    async def __call__(self, scope, receive, send) -> None:
+        await (self._post if scope["method"] == "POST" else self._page)(scope, receive, send)
+
+
+class _App(Starlette):
+    """Starlette, with POST /graphql (nearly every request) sent straight to its endpoint: what that path
+    would pass through (the router's matching, the exception middleware, a Request and a Response) does
+    nothing for it. It keeps starlette's answer to an unexpected exception (a plain 500, the exception
+    logged by the server). Every other request, GET /graphql included, takes starlette's routes."""
+
+    def __init__(self, graphql: GraphQLEndpoint, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._graphql = ServerErrorMiddleware(graphql)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and get_route_path(scope) == "/graphql":
+            scope["app"] = self
+            await self._graphql(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
+def build_app(services: Services) -> Starlette:
+    settings = services.settings
+    threads = RequestThreads(request_thread_count(settings))
+    graphql_endpoint = GraphQLEndpoint(services, threads)
 
     async def healthz(request: Request) -> Response:
         def ping() -> bool:
@@ -231,16 +303,19 @@ def build_app(services: Services) -> Starlette:
     async def inbox(request: Request) -> Response:
         return inbox_response()
 
-    mcp = McpEndpoint(services)
+    mcp = McpEndpoint(services, threads)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette):
         # The MCP session manager runs here: a mounted sub-app's lifespan would never run.
-        async with mcp.running():
-            yield
+        try:
+            async with mcp.running():
+                yield
+        finally:
+            threads.close()
 
-    app = Starlette(routes=[
-        Route("/graphql", endpoint, methods=["GET", "POST"]),
+    app = _App(graphql_endpoint, routes=[
+        Route("/graphql", _PageOrPost(graphql_endpoint), methods=["GET", "POST"]),
         Route("/graphiql/{name}", graphiql_asset, methods=["GET"]),
         Route("/inbox", inbox, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),

@@ -180,19 +180,19 @@ class _Connection(psycopg.Connection):
 
 
 class _Pool(ConnectionPool):
-    """The pool, giving back an idle connection on the caller's thread.
+    """A connection given back forgets its deferred statements and its statement cursor, from whatever user:
+    a deferred statement never outlives its use.
 
-    psycopg_pool hands every returned connection to a worker thread when the pool has a reset function,
-    so that a slow reset does not hold the caller up; ours (`_forget_deferred`) only empties a list. On
-    the caller's thread that costs nothing, where the hand-off cost a thread wake-up and a lock on every
-    transaction (~60 µs of CPU, and a wait when the next request takes that connection at once). A
-    connection in any other state (a transaction left open, a broken one) still goes the pool's way."""
+    Done here, on the returning thread, rather than as the pool's `reset`: with a `reset`, psycopg_pool
+    hands every returned connection to one of its worker threads (a queue put and a thread wake-up per
+    request, ~60 µs of CPU, and the next request waits for that thread to put the connection back); without
+    one, the returning thread puts it back itself (a connection left in a transaction is still rolled back,
+    a broken one still replaced)."""
 
-    def _putconn(self, conn: psycopg.Connection, from_getconn: bool) -> None:
-        if conn.pgconn.transaction_status == TransactionStatus.IDLE:
-            self._return_connection(conn, from_getconn=from_getconn)
-        else:
-            super()._putconn(conn, from_getconn)
+    def putconn(self, conn: psycopg.Connection) -> None:
+        if isinstance(conn, _Connection):
+            _forget_deferred(conn)
+        super().putconn(conn)
 
 
 def _configure(conn: psycopg.Connection) -> None:
@@ -303,7 +303,6 @@ class Database:
             timeout=wait_timeout,
             reconnect_timeout=RECONNECT_TIMEOUT,
             connection_class=_Connection,
-            reset=_forget_deferred,
             kwargs={"autocommit": True, "row_factory": dict_row, "cursor_factory": _DeadlineCursor},
             configure=_configure,
             check=reachability.check,
@@ -425,7 +424,7 @@ class Database:
         return conn
 
     def _give_back(self, conn: psycopg.Connection) -> None:
-        conn.ledger_deadline = None  # its deferred statements go in the pool's reset (_forget_deferred)
+        conn.ledger_deadline = None  # its deferred statements are forgotten by the pool (_Pool.putconn)
         conn.ledger_returned_at = time.monotonic()
         self.pool.putconn(conn)
 

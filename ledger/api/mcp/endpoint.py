@@ -23,7 +23,6 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope as AsgiScope, Send
 
@@ -33,6 +32,7 @@ from ...errors import LedgerError, PermissionDenied, Retryable, Unauthenticated
 from ...services import Services
 from ..json_codec import dump_json
 from ..requests import HeldTransaction
+from ..threads import RequestThreads, request_thread_count
 from .calls import Caller, McpCalls
 from .telemetry import CALLER_KEY, OBSERVED_KEY, Telemetry, observe_refusal
 
@@ -53,8 +53,11 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
 class McpEndpoint:
     """The MCP route (an ASGI app) and the one session manager it hands requests to."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, threads: RequestThreads | None = None) -> None:
         self.services = services
+        # The request threads /graphql runs on (`build_app` shares them); one's own otherwise.
+        settings = services.settings
+        self.threads = threads or RequestThreads(request_thread_count(settings))
         self.calls = McpCalls(services)
         self.server: Server[Any] = Server(
             "ledger",
@@ -107,7 +110,7 @@ class McpEndpoint:
                 # No handler took the transaction (initialize, ping, a request the SDK refused): roll it back,
                 # even when the request was cancelled.
                 with anyio.CancelScope(shield=True):
-                    await run_in_threadpool(caller.opened.discard)
+                    await self.threads.run(caller.opened.discard)
 
     async def _hand_on(self, scope: AsgiScope, receive: Receive, send: Send, caller: Caller, name: str,
                        started: float, over_limit: bool) -> None:
@@ -120,7 +123,7 @@ class McpEndpoint:
         if over_limit or scope.get("method") != "POST":
             # No handler will run: the SDK refuses the body, or answers the method itself (a GET is a stream
             # that stays open), so the connection goes back now.
-            await run_in_threadpool(caller.opened.discard)
+            await self.threads.run(caller.opened.discard)
         scope[CALLER_KEY] = caller
         status = 0
 
@@ -148,7 +151,7 @@ class McpEndpoint:
             raise _Refusal(401, exc.code, exc.message, exc.hint) from None
         deadline = time.monotonic() + self.services.settings.request_timeout
         try:
-            return await run_in_threadpool(self._open, claims, name, deadline)
+            return await self.threads.run(self._open, claims, name, deadline)
         except Unauthenticated as exc:
             raise _Refusal(401, exc.code, exc.message, exc.hint) from None
         except PermissionDenied as exc:
@@ -183,11 +186,11 @@ class McpEndpoint:
 
     async def _list_tools(self, ctx: ServerRequestContext[Any, Any],
                           params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return await run_in_threadpool(self.calls.list_tools, _caller(ctx))
+        return await self.threads.run(self.calls.list_tools, _caller(ctx))
 
     async def _call_tool(self, ctx: ServerRequestContext[Any, Any],
                          params: types.CallToolRequestParams) -> types.CallToolResult:
-        return await run_in_threadpool(self.calls.call_tool, _caller(ctx), params)
+        return await self.threads.run(self.calls.call_tool, _caller(ctx), params)
 
 
 def _caller(ctx: ServerRequestContext[Any, Any]) -> Caller:
