@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import orjson
 import psycopg
 from psycopg.rows import dict_row
 
@@ -40,28 +39,10 @@ def checked_policies(raw: list[dict]) -> list[dict]:
     return [s.to_json() for s in statements]
 
 
-# Client layers by their name and the policies' JSON: a layer is a function of the two alone, so a request
-# whose client row (read in its own transaction) holds the same policies gets the same layer, without
-# parsing the statements again, and with the decisions the layer already made (its CEL evaluations,
-# remembered by their inputs). Changed policies are another key: they apply at once.
-_LAYERS: dict[tuple[str, bytes], Layer] = {}
-_LAYERS_LIMIT = 1024
-
-
 def client_layer(principal: Principal, policies: list[dict]) -> Layer:
     """The client's layer of the chain, failing closed (allowed nothing) when its stored policies do not parse."""
-    name = f'client "{principal.client_name}" ({principal.client_id})'
-    try:
-        key = (name, orjson.dumps(policies))
-    except TypeError:  # not JSON (never so when read from the clients table): build it afresh
-        return layer_from_stored(name, policies, remedy="fix them with updateClient")
-    layer = _LAYERS.get(key)
-    if layer is None:
-        layer = layer_from_stored(name, policies, remedy="fix them with updateClient")
-        if len(_LAYERS) >= _LAYERS_LIMIT:
-            _LAYERS.clear()
-        _LAYERS[key] = layer
-    return layer
+    return layer_from_stored(f'client "{principal.client_name}" ({principal.client_id})', policies,
+                             remedy="fix them with updateClient")
 
 
 _PRINCIPAL = "SELECT name, enabled, policies FROM clients WHERE tenant_id = %s AND id = %s"

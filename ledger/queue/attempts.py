@@ -8,7 +8,6 @@ execution, the starter's client and the action; its last writes go with the fenc
 from __future__ import annotations
 
 import datetime
-import json
 import time
 from dataclasses import replace
 from typing import Any
@@ -67,7 +66,7 @@ _ATTEMPT_READ = (
     + " FROM execution_queue q LEFT JOIN LATERAL (SELECT "
     + ", ".join(f"e.{column.strip()}" for column in EXECUTION_COLUMNS.split(","))
     + ", e.client_claims, e.planned_action_id, c.id AS client_row_id, c.name AS client_name,"
-    f" c.enabled AS client_enabled, c.policies::text AS client_policies, {TRIGGERS_VERSION_COLUMN}"
+    f" c.enabled AS client_enabled, c.policies AS client_policies, {TRIGGERS_VERSION_COLUMN}"
     " FROM executions e LEFT JOIN clients c ON c.tenant_id = e.tenant_id AND c.id = e.client_id"
     " WHERE e.tenant_id = q.tenant_id AND e.id = q.execution_id) x ON true"
     " LEFT JOIN LATERAL (SELECT " + ", ".join(f"a.{column} AS act_{column}" for column in _HEADER_COLUMNS)
@@ -168,7 +167,7 @@ def _client_of(execution: dict) -> dict | None:
     if execution["client_row_id"] is None:
         return None
     return {"name": execution["client_name"], "enabled": execution["client_enabled"],
-            "policies_text": execution["client_policies"], "triggers_version": execution["triggers_version"]}
+            "policies": execution["client_policies"], "triggers_version": execution["triggers_version"]}
 
 
 _UNREAD = object()
@@ -231,26 +230,6 @@ def _as_confirmed(services: Any, conn: psycopg.Connection, execution: dict, dead
     return scope, None
 
 
-# The starter's client layers by the text of their stored policies (read as text with the attempt's
-# execution): a layer is made of its name and its policies alone, so one made from the same text is the same
-# layer, and reusing it saves parsing the policies and compiling their CEL at every attempt, and keeps the
-# decisions it remembered (policy/chain.py). The client row is still read fresh at every attempt: a change
-# of its policies changes the text.
-_CLIENT_LAYERS: dict[tuple, Any] = {}
-_CLIENT_LAYERS_LIMIT = 1024
-
-
-def _client_layer_of_text(principal: Principal, policies_text: str | None) -> Any:
-    key = (principal.tenant_id, principal.client_id, principal.client_name, policies_text)
-    layer = _CLIENT_LAYERS.get(key)
-    if layer is None:
-        layer = client_layer(principal, json.loads(policies_text) if policies_text is not None else [])
-        if len(_CLIENT_LAYERS) >= _CLIENT_LAYERS_LIMIT:
-            _CLIENT_LAYERS.clear()
-        _CLIENT_LAYERS[key] = layer
-    return layer
-
-
 def _scope_for(services: Any, conn: psycopg.Connection, execution: dict, deadline: float,
                client: Any = _UNREAD) -> Scope:
     if client is _UNREAD:
@@ -258,13 +237,7 @@ def _scope_for(services: Any, conn: psycopg.Connection, execution: dict, deadlin
     name = client["name"] if client else "revoked"
     principal = Principal(execution["tenant_id"], execution["client_id"], name, execution["client_claims"] or {})
     # The starter's layer, failing closed exactly as for a direct request.
-    if client is None:
-        layer = client_layer(principal, [])
-    elif "policies_text" in client:
-        layer = _client_layer_of_text(principal, client["policies_text"])
-    else:
-        layer = client_layer(principal, client["policies"])
-    chain = Chain((layer,))
+    chain = Chain((client_layer(principal, client["policies"] if client else []),))
     scope = Scope(conn=conn, principal=principal, chain=chain, services=services, deadline=deadline,
                   trigger_depth=execution["trigger_depth"])
     if client is not None:
