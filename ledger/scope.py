@@ -108,26 +108,13 @@ class Scope:
     # ------------------------------------------------------------------ SQL helpers
 
     def one(self, sql: str, params: Any = None) -> dict | None:
-        return statement_cursor(self.conn).execute(sql, params).fetchone()
+        return self.conn.execute(sql, params).fetchone()
 
     def all(self, sql: str, params: Any = None) -> list[dict]:
-        return statement_cursor(self.conn).execute(sql, params).fetchall()
+        return self.conn.execute(sql, params).fetchall()
 
     def savepoint(self) -> Iterator[Any]:
         return self.conn.transaction()
-
-
-def statement_cursor(conn: psycopg.Connection) -> psycopg.Cursor:
-    """The connection's own cursor (of its cursor factory and row factory) for statements whose rows are read
-    at once. `conn.execute` makes a new cursor per statement, and a cursor's construction (its adapters'
-    transformer) was a third of a primary-key read's client CPU (~25 of ~55 µs, measured). Reusing one is
-    safe here: `one` and `all` read every row they return before the next statement, a connection is
-    used by one thread at a time, and the rows are plain dicts that outlive the cursor's next result."""
-    cursor = conn.__dict__.get("ledger_statement_cursor")
-    if cursor is None or cursor.closed:
-        cursor = conn.cursor()
-        conn.ledger_statement_cursor = cursor  # type: ignore[attr-defined]
-    return cursor
 
 
 def as_document(row: dict) -> dict:
