@@ -567,7 +567,9 @@ def build_rows(current: dict, before: dict | None, medians: dict, errors: dict, 
         rows["call_tree"] = {
             "title": f"call tree ({tree_reads:,} graphql() reads in one call) vs the psycopg floor", "ledger": tree,
             "anchor": floor,
-            "ledger_text": f"{tree['median_ms']:,.0f} ms ({tree['per_read_us']:,.0f} µs per read)",
+            "ledger_text": f"{tree['median_ms']:,.0f} ms ({tree['per_read_us']:,.0f} µs per read"
+                           + (f"; the server's CPU {tree['server_cpu_us_per_read']:,.0f} µs per read, its sandbox's"
+                              " included" if tree.get("server_cpu_us_per_read") is not None else "") + ")",
             "anchor_text": f"{tree_reads:,} PK SELECTs, psycopg, one connection: {floor['median_ms']:,.0f} ms",
             "ratio": round(ratio, 3) if ratio else None, "met": ratio is not None and ratio <= TREE_GOAL,
             "goal": f"<= {TREE_GOAL:g}x the floor", "anchor_statements": tree_reads,
@@ -647,6 +649,8 @@ def _add_before(rows: dict, before: dict) -> None:
         unit = {"calls_per_s": " calls/s", "rps": " req/s", "median_ms": " ms", "jobs_per_s": " executions/s",
                 "p99_us": " µs p99"}[metric]
         row["before_text"] = f"{measured[metric]:,.1f}{unit}" + (f", {trips:g} round trips" if trips else "")
+        if key == "call_tree" and measured.get("server_cpu_us_per_read") is not None:
+            row["before_text"] += f", the server's CPU {measured['server_cpu_us_per_read']:,.0f} µs per read"
         if key.startswith("queue") and measured.get("durable_commits_per_job") is not None:
             row["before_text"] += f", {measured['durable_commits_per_job']:g} durable commits"
         if key == "agent":

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Optional
 
 import pytest
+import strawberry
+from graphql import execute, parse
+from strawberry.execution import optimized_is_awaitable
 
 from helpers import CREATE_ACCOUNT, create_account, funded_account
 from invoke_helpers import invoke, publish, tool
@@ -209,3 +213,38 @@ def test_a_programs_failing_graphql_fails_the_call_the_same(api, planned):
     assert first["status"] == second["status"] == "FAILED"
     assert first["invocation"]["error"] == second["invocation"]["error"]
     assert first["invocation"]["error"]["code"] == "action_permission_denied"
+
+
+
+@strawberry.type
+class PlannedItem:
+    plain: int
+    missing: Optional[str]
+    null_but_required: int
+    too_big: Optional[int]
+    refused: int
+    error_value: Optional[str]
+
+
+@strawberry.type
+class PlannedQuery:
+    @strawberry.field
+    def item(self) -> Optional[PlannedItem]:
+        return PlannedItem(plain=7, missing=None, null_but_required=None, too_big=1 << 40,  # type: ignore[arg-type]
+                           refused=1 << 40, error_value=ValueError("an error as a value"))  # type: ignore[arg-type]
+
+
+def test_scalar_fields_that_are_null_or_fail_to_serialize_answer_as_graphql_core_does():
+    """A field read from its source's attribute as a scalar is answered without an info or a path when it
+    completes plainly (api/plans.py); a null, a non-null field that is null, a value the scalar refuses and
+    an error value take the general path, and answer as graphql-core's own execution does."""
+    schema = strawberry.Schema(query=PlannedQuery)._schema
+    for text in ("{ item { plain missing tooBig errorValue } }", "{ item { plain nullButRequired } }",
+                 "{ item { plain refused } }", "{ a: item { plain } b: item { missing plain } }"):
+        document = parse(text)
+        plan = plans.plan(schema, document, None)
+        assert plan is not None, text
+        data, errors = plans.run(schema, plan, None, None, optimized_is_awaitable)
+        full = execute(schema, document, is_awaitable=optimized_is_awaitable)
+        assert data == full.data, text
+        assert [e.formatted for e in errors or []] == [e.formatted for e in full.errors or []], text

@@ -64,3 +64,23 @@ def test_a_child_id_already_taken_fails_the_call_with_a_clear_code_that_is_not_r
         assert "new executionId" in error["extensions"]["hint"]
     fresh = invoke(api, caller)
     assert fresh["status"] == "SUCCEEDED"
+
+
+def test_child_and_trigger_ids_are_hmac_sha256_of_their_inputs_under_the_key(services):
+    """The derivation is fixed: ids already on record (a repeat after an upgrade) must keep matching."""
+    import hashlib
+    import hmac
+
+    from ledger.executions.ids import uuid_v8
+
+    key = services.execution_ids.key
+    parent, cause = uuid.uuid4(), uuid.uuid4()
+    for attempt, sequence in ((1, 1), (1, 2), (3, 1024)):
+        message = parent.bytes + attempt.to_bytes(8, "big") + sequence.to_bytes(8, "big")
+        expected = uuid_v8(hmac.new(key, message, hashlib.sha256).digest()[:16])
+        assert services.execution_ids.child(parent, attempt, sequence) == expected
+    message = b"trigger" + parent.bytes + cause.bytes + (7).to_bytes(8, "big")
+    assert services.execution_ids.triggered(parent, cause, 7) == uuid_v8(hmac.new(key, message, hashlib.sha256).digest()[:16])
+    raw = bytes(range(16))
+    assert uuid_v8(raw).version == 8 and uuid_v8(raw).variant == uuid.RFC_4122
+    assert uuid_v8(raw).int & ~((0xF << 76) | (0x3 << 62)) == int.from_bytes(raw, "big") & ~((0xF << 76) | (0x3 << 62))

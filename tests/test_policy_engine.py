@@ -273,6 +273,25 @@ def test_chain_without_layers_denies():
     assert decide(Chain(), document={}) is not None
 
 
+def test_a_chain_allows_whatever_the_inputs_only_when_every_layer_allows_unconditionally():
+    """What lets Scope.require skip building a document: it must agree with `decide` for every input."""
+    everything = Layer('tool "graphql" v1', (), allow_all=True)
+    plain = Chain((layer("client", allow()), everything))
+    assert plain.allows_whatever_the_inputs("SELECT", ACCOUNT)
+    assert decide(plain, document={"balance": -5}) is None
+    asserted = Chain((layer("client", allow(assertion="context.document.balance >= 0")), everything))
+    denying = Chain((layer("client", allow(), deny(["financial.Account.*"], assertion="context.document.balance < 0")),))
+    for chain in (asserted, denying):
+        assert not chain.allows_whatever_the_inputs("SELECT", ACCOUNT)
+        assert decide(chain, document={"balance": -5}) is not None
+        assert decide(chain, document={"balance": 5}) is None
+    assert not Chain((layer("client", allow()), Layer('tool "cel" v1', ()))).allows_whatever_the_inputs(
+        "SELECT", ACCOUNT)
+    assert not plain.allows_whatever_the_inputs("UPDATE", ACCOUNT)  # its client layer allows SELECT only
+    assert not Chain().allows_whatever_the_inputs("SELECT", ACCOUNT)
+    assert not plain.allows_whatever_the_inputs("TRUNCATE", ACCOUNT)
+
+
 def test_check_raises_permission_denied_naming_operation_resource_and_layer():
     chain = Chain((layer('client "admin" (8c1e)', allow(actions=["INSERT"])),))
     with pytest.raises(PermissionDenied) as raised:

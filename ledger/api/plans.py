@@ -50,6 +50,10 @@ class _Field:
     # How the value is resolved: strawberry's own resolver wrapper (`definition.resolve`), or, for a field
     # whose arguments are all scalars, a direct call that does what the wrapper would (see _direct).
     resolve: Any = None
+    # For a field read from its source's attribute, without arguments, whose type is a scalar or an enum
+    # (non-null or not): that type. Such a field is answered without an info or a path when its value
+    # completes plainly (`_Run.field`); anything else (an error, a null) takes the general path.
+    leaf: Any = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,9 @@ class Plan:
     root_type: GraphQLObjectType
     fields: tuple[_Field, ...]
     serially: bool
+
+
+_NO_ARGUMENTS: dict = {}
 
 
 class _Unplannable(Exception):
@@ -96,8 +103,12 @@ def _selection(schema: GraphQLSchema, parent: GraphQLObjectType, selection_set: 
         sub = None
         if is_object_type(named):
             sub = _selection(schema, named, node.selection_set)
-        fields.append(_Field(key, node, [node], name, definition, bool(definition.args or node.arguments), sub,
-                             _direct(definition, strawberry_field) or _wrapped(definition)))
+        takes_arguments = bool(definition.args or node.arguments)
+        leaf_type = definition.type.of_type if is_non_null_type(definition.type) else definition.type
+        leaf = leaf_type if (strawberry_field.base_resolver is None and not takes_arguments
+                             and is_leaf_type(leaf_type)) else None
+        fields.append(_Field(key, node, [node], name, definition, takes_arguments, sub,
+                             _direct(definition, strawberry_field) or _wrapped(definition), leaf))
     return tuple(fields)
 
 
@@ -178,6 +189,20 @@ class _Run:
     def fields(self, parent: GraphQLObjectType, source: Any, path: Path | None, fields: tuple[_Field, ...]) -> dict:
         results = {}
         for field in fields:
+            leaf = field.leaf
+            if leaf is not None:
+                # The plain case of `field` for an attribute read as a scalar, without the info and the path
+                # that only a resolver or an error needs: the same value, or the general path from the start
+                # (reading an attribute again is harmless: it is what the default resolver does).
+                try:
+                    result = field.resolve(source, None, _NO_ARGUMENTS)
+                    value = (None if result is None or result is Undefined or isinstance(result, Exception)
+                             else leaf.coerce_output_value(result))
+                except Exception:
+                    value = None
+                if value is not None and value is not Undefined:
+                    results[field.key] = value
+                    continue
             results[field.key] = self.field(parent, source, field, Path(path, field.key, parent.name))
         return results
 

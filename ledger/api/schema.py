@@ -8,9 +8,12 @@ import uuid
 from typing import Optional
 
 import strawberry
+from graphql import execute as graphql_execute
 from graphql import specified_rules
+from strawberry.execution import optimized_is_awaitable
 from strawberry.schema.config import StrawberryConfig
 from strawberry.scalars import JSON
+from strawberry.types import ExecutionResult
 
 from ..actions import mcp_servers, registry, triggers
 from ..auth import clients
@@ -18,6 +21,7 @@ from ..db.paging import clamp_first
 from ..domain import accounts
 from ..executions import invoke, plan_records, records, sessions
 from ..queue import planned, start
+from . import plans
 from .context import mutation_step
 from .scalars import JSON_SCALAR, Int64
 from .types import (
@@ -625,24 +629,17 @@ class _Schema(strawberry.Schema):
         a small document, paid by every request and every graphql() call of a program. Anything else
         (an empty or broken document, a subscription, a missing operation, options) takes strawberry's
         own path, which reports those cases itself."""
-        from graphql import execute
-
         if query and allowed_operation_types is None and operation_extensions is None:
             prepared = _prepared(self._schema, query, operation_name)
             if prepared is not None:
-                from strawberry.execution import optimized_is_awaitable
-                from strawberry.types import ExecutionResult
-
                 document, plan = prepared
                 if plan is not None and root_value is None:
-                    from . import plans
-
                     # The plan runs the same resolvers (api/plans.py); None: its variables do not coerce, and
                     # the full execution reports them (nothing has run).
                     planned = plans.run(self._schema, plan, context_value, variable_values, optimized_is_awaitable)
                     if planned is not None:
                         return ExecutionResult(data=planned[0], errors=planned[1])
-                result = execute(self._schema, document, root_value=root_value, context_value=context_value,
+                result = graphql_execute(self._schema, document, root_value=root_value, context_value=context_value,
                                  variable_values=variable_values, operation_name=operation_name,
                                  is_awaitable=optimized_is_awaitable)
                 return ExecutionResult(data=result.data, errors=result.errors)

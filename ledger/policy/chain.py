@@ -161,6 +161,14 @@ class Layer:
         return any(statement.effect == "ALLOW" for operation in operations
                    for _, statement in self._by_operation.get(operation, ()))
 
+    def allows_whatever_the_inputs(self, operation: str, resource: str) -> bool:
+        """Whether this layer allows `operation` on `resource` for any document, principal and action: it
+        allows everything, or an unconditional ALLOW matches and no DENY could (`denial_reason` is None)."""
+        if self.allow_all:
+            return True
+        plan = self._plan_for(operation, resource)
+        return not plan.denies and bool(plan.allows) and plan.allows[0][1] is None
+
     def denial_reason(self, operation: str, resource: str, decision: _DecisionInput) -> str | None:
         """Why this layer denies, or None when it allows."""
         if self.allow_all:
@@ -222,12 +230,27 @@ class Chain:
     """The layers an operation must pass, outermost (the caller's client) first."""
 
     layers: tuple[Layer, ...] = ()
+    _unconditional: dict[tuple[str, str], bool] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
 
     def extended(self, layer: Layer) -> Chain:
         return Chain(self.layers + (layer,))
+
+    def allows_whatever_the_inputs(self, operation: str, resource: str) -> bool:
+        """Whether `decide` allows `operation` on `resource` whatever the document, principal and action
+        (every layer allows it unconditionally): a caller may then skip building those inputs. Remembered
+        per chain: its layers and their statements never change."""
+        key = (operation, resource)
+        known = self._unconditional.get(key)
+        if known is None:
+            known = (operation in OPERATIONS and bool(self.layers)
+                     and all(layer.allows_whatever_the_inputs(operation, resource) for layer in self.layers))
+            if len(self._unconditional) >= _PLAN_CACHE_LIMIT:
+                self._unconditional.clear()
+            self._unconditional[key] = known
+        return known
 
     def decide(
         self,

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+import orjson
 import starlark as sl
 
 from ledger.runtime import failures, limits
@@ -27,6 +28,9 @@ from ledger.runtime.failures import ACTION_FAILURE, ACTION_RESOURCE_EXHAUSTED, F
 from ledger.runtime.limits import ExecutorSettings
 from ledger.runtime.protocol import Channel, ChannelClosed, Message
 from ledger.runtime.starlark_program import ALL_NATIVES, Problem, ProgramProblem, StarlarkLoader, describe_error
+
+# The envelopes of the host calls the prelude makes, encoded once (a tree of 1,000 reads sends 1,000).
+_CALL_ENVELOPES = {function: orjson.dumps({"t": "call", "fn": function}) for function in ("graphql", "cel", "tool")}
 
 
 class RecordedFailure(Exception):
@@ -316,7 +320,11 @@ class Executor:
         payload = arguments_json.encode()
         if len(payload) > self.settings.max_payload_bytes:
             self._record(frame, failures.payload_too_large(label, len(payload), self.settings.max_payload_bytes))
-        self.channel.send({"t": "call", "fn": function}, payload)
+        head = _CALL_ENVELOPES.get(function)
+        if head is None:
+            self.channel.send({"t": "call", "fn": function}, payload)
+        else:
+            self.channel.send_encoded(head, payload)
         reply = self._await_reply()
         if reply.envelope["ok"]:
             return reply.value()

@@ -137,8 +137,12 @@ class ExecutorProcess:
             raise ExecutorStartFailed(f"executor {self.pid} sent {message.kind!r} instead of ready")
         self.ready = True
 
-    def send(self, envelope: dict[str, Any], payload: bytes | None = None) -> None:
-        self.channel.send(envelope, payload)
+    def send(self, envelope: dict[str, Any] | bytes, payload: bytes | None = None) -> None:
+        """`envelope`: a dict, or one already encoded (a constant envelope, encoded once)."""
+        if isinstance(envelope, bytes):
+            self.channel.send_encoded(envelope, payload)
+        else:
+            self.channel.send(envelope, payload)
 
     def receive(self, deadline: float) -> Message:
         # Slack over the payload bound for the envelope; the executor checks the exact bound itself.

@@ -125,15 +125,20 @@ class Channel:
                 pass
 
     def send(self, envelope: dict, payload: bytes | None = None) -> None:
-        head = orjson.dumps(envelope)
+        self.send_encoded(orjson.dumps(envelope), payload)
+
+    def send_encoded(self, head: bytes, payload: bytes | None = None) -> None:
+        """`send` of an envelope already encoded (`orjson.dumps`), e.g. a constant one encoded once."""
         body = payload if payload is not None else b""
         # The payload length is stored plus one so that "no payload" (0) differs from an empty one.
-        header = _HEADER.pack(len(head), len(body) + (payload is not None))
-        data = memoryview(b"".join((header, head, body)))
+        data = b"".join((_HEADER.pack(len(head), len(body) + (payload is not None)), head, body))
         try:
-            while data:
-                written = os.write(self._write_fd, data)
-                data = data[written:]
+            # One write: a pipe takes a small frame whole; a large one may take several.
+            written = os.write(self._write_fd, data)
+            if written < len(data):
+                rest = memoryview(data)[written:]
+                while rest:
+                    rest = rest[os.write(self._write_fd, rest):]
         except BrokenPipeError:
             raise ChannelClosed() from None
         except OSError as error:
@@ -143,15 +148,23 @@ class Channel:
 
     def receive(self, deadline: float | None = None, max_payload_bytes: int | None = None) -> Message:
         """Read one message; `deadline` is a time.monotonic() value (None waits for ever)."""
-        header = self._take(_HEADER.size, deadline)
-        envelope_length, stored_payload_length = _HEADER.unpack(header)
+        buffer = self._buffer
+        if len(buffer) < _HEADER.size:
+            self._fill(_HEADER.size, deadline)
+        envelope_length, stored_payload_length = _HEADER.unpack_from(buffer)
         payload_length = max(stored_payload_length - 1, 0)
         if envelope_length > MAX_ENVELOPE_BYTES:
             raise FrameTooLarge(f"envelope of {envelope_length} bytes")
         if max_payload_bytes is not None and payload_length > max_payload_bytes:
             raise FrameTooLarge(f"payload of {payload_length} bytes")
-        envelope = orjson.loads(self._take(envelope_length, deadline))
-        payload = self._take(payload_length, deadline) if stored_payload_length else None
+        # The whole frame, then its parts, cut from the buffer once (a small frame arrives in one read).
+        envelope_end = _HEADER.size + envelope_length
+        frame_end = envelope_end + payload_length
+        if len(buffer) < frame_end:
+            self._fill(frame_end, deadline)
+        envelope = orjson.loads(buffer[_HEADER.size:envelope_end])
+        payload = bytes(buffer[envelope_end:frame_end]) if stored_payload_length else None
+        del buffer[:frame_end]
         return Message(envelope, payload)
 
     def close(self) -> None:
@@ -165,7 +178,8 @@ class Channel:
             except OSError:
                 pass
 
-    def _take(self, count: int, deadline: float | None) -> bytes:
+    def _fill(self, count: int, deadline: float | None) -> None:
+        """Read until the buffer holds at least `count` bytes."""
         while len(self._buffer) < count:
             if deadline is not None:
                 self._wait_readable(deadline)
@@ -173,9 +187,6 @@ class Channel:
             if not chunk:
                 raise ChannelClosed()
             self._buffer += chunk
-        taken = bytes(self._buffer[:count])
-        del self._buffer[:count]
-        return taken
 
     def _wait_readable(self, deadline: float) -> None:
         remaining = max(deadline - time.monotonic(), 0.0)

@@ -90,13 +90,27 @@ def __check_json(value, label):
         level = [child for d in dicts for child in d.values()] + [child for s in sequences for child in s]
     __not_json(label, "values nested more than %d levels deep" % __MAX_DEPTH)
 
-def __send(function, label, arguments):
+def __send(function, label, arguments, checked = False):
     label = "the call to " + label
-    __check_json(arguments, label)
+    if not checked:
+        __check_json(arguments, label)
     text = json.encode(arguments)
     if len(text) > __MAX_PAYLOAD:
         __too_large(label, len(text))
     return __host(function, label, text)
+
+# What __check_json would accept without a word for graphql()'s and cel()'s arguments when their variables
+# (a dict or None, already required) hold only string keys and values of these kinds: those arguments are
+# a string, such a dict, a string or None and a bool, 3 levels and a handful of values deep. Anything else
+# (a float, which may not be finite; a nested value) is checked in full.
+__FLAT_KINDS = ("string", "int", "bool", "NoneType")
+
+def __flat(variables):
+    if variables == None:
+        return True
+    if len(variables) > __MAX_PAYLOAD - 8:
+        return False
+    return not [key for key, value in variables.items() if type(key) != "string" or type(value) not in __FLAT_KINDS]
 
 def __require(label, what, value, kinds):
     if type(value) not in kinds:
@@ -117,20 +131,23 @@ def fail(*args, hint = None, sep = " "):
 _NATIVE_SOURCES = {
     "graphql": '''
 def graphql(document, variables = None, operation_name = None, check = True):
-    __require("graphql()", "the document", document, ("string",))
-    __require("graphql()", "variables", variables, ("dict", "NoneType"))
-    __require("graphql()", "operation_name", operation_name, ("string", "NoneType"))
-    __require("graphql()", "check", check, ("bool",))
-    return __send("graphql", "graphql()", [document, variables, operation_name, check])
+    if (type(document) != "string" or type(variables) not in ("dict", "NoneType")
+            or type(operation_name) not in ("string", "NoneType") or type(check) != "bool"):
+        __require("graphql()", "the document", document, ("string",))
+        __require("graphql()", "variables", variables, ("dict", "NoneType"))
+        __require("graphql()", "operation_name", operation_name, ("string", "NoneType"))
+        __require("graphql()", "check", check, ("bool",))
+    return __send("graphql", "graphql()", [document, variables, operation_name, check], __flat(variables))
 ''',
     "cel": '''
 def cel(expression, variables = None, check = True, vars = None):
     if vars != None:
         variables = vars
-    __require("cel()", "the expression", expression, ("string",))
-    __require("cel()", "variables", variables, ("dict", "NoneType"))
-    __require("cel()", "check", check, ("bool",))
-    return __send("cel", "cel()", [expression, variables, check])
+    if type(expression) != "string" or type(variables) not in ("dict", "NoneType") or type(check) != "bool":
+        __require("cel()", "the expression", expression, ("string",))
+        __require("cel()", "variables", variables, ("dict", "NoneType"))
+        __require("cel()", "check", check, ("bool",))
+    return __send("cel", "cel()", [expression, variables, check], __flat(variables))
 ''',
 }
 ALL_NATIVES = ("graphql", "cel")
