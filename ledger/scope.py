@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .db.pool import statement_cursor
 from .policy.principal import Principal
 from .errors import PermissionDenied
 from .policy.chain import Chain
@@ -108,12 +107,11 @@ class Scope:
 
     # ------------------------------------------------------------------ SQL helpers
 
-    # Both fetch at once, so the connection's one statement cursor serves them (db.pool.statement_cursor).
     def one(self, sql: str, params: Any = None) -> dict | None:
-        return statement_cursor(self.conn).execute(sql, params).fetchone()
+        return self.conn.execute(sql, params).fetchone()
 
     def all(self, sql: str, params: Any = None) -> list[dict]:
-        return statement_cursor(self.conn).execute(sql, params).fetchall()
+        return self.conn.execute(sql, params).fetchall()
 
     def savepoint(self) -> Iterator[Any]:
         return self.conn.transaction()

@@ -132,24 +132,8 @@ class _DeadlineCursor(psycopg.Cursor):
 
 
 def _forget_deferred(conn: "_Connection") -> None:
-    """On the way back into the pool, from whatever user: a deferred statement never outlives its use, nor
-    the last result of the connection's statement cursor (it may be a large listing)."""
+    """On the way back into the pool, from whatever user: a deferred statement never outlives its use."""
     conn.ledger_deferred.clear()
-    conn.ledger_cursor = None
-
-
-def statement_cursor(conn: psycopg.Connection) -> psycopg.Cursor:
-    """A cursor for a statement whose rows the caller fetches at once, before its next statement: one per
-    pooled connection, reused from statement to statement. A new cursor per statement (`conn.execute`)
-    sets up its adapters again, for every parameter and result column: ~7 us for `SELECT 1`, ~30 us for a
-    statement of a few parameters and columns, of client CPU. A connection from outside the pool gets a
-    cursor of its own each time."""
-    cursor = getattr(conn, "ledger_cursor", False)
-    if cursor is False:  # not a pooled connection
-        return conn.cursor()
-    if cursor is None or cursor.closed:
-        cursor = conn.ledger_cursor = conn.cursor()
-    return cursor
 
 
 class _Connection(psycopg.Connection):
@@ -162,7 +146,6 @@ class _Connection(psycopg.Connection):
         super().__init__(*args, **kwargs)
         self.ledger_deferred = []
         self.ledger_savepoints = 0  # numbers the names of `deferred_savepoint`
-        self.ledger_cursor: psycopg.Cursor | None = None  # `statement_cursor`
 
     @contextlib.contextmanager
     def transaction(self, *args, **kwargs):
@@ -180,7 +163,7 @@ class _Connection(psycopg.Connection):
 
 
 class _Pool(ConnectionPool):
-    """A connection given back forgets its deferred statements and its statement cursor, from whatever user:
+    """A connection given back forgets its deferred statements, from whatever user:
     a deferred statement never outlives its use.
 
     Done here, on the returning thread, rather than as the pool's `reset`: with a `reset`, psycopg_pool
