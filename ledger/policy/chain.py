@@ -164,18 +164,15 @@ class Layer:
     def allows_whatever_the_inputs(self, operation: str, resource: str) -> bool:
         """Whether this layer allows `operation` on `resource` for any document, principal and action: it
         allows everything, or an unconditional ALLOW matches and no DENY could (`denial_reason` is None)."""
-        if self.allow_all:
-            return True
-        plan = self._plan_for(operation, resource)
-        return not plan.denies and bool(plan.allows) and plan.allows[0][1] is None
+        return self.allow_all or _unconditional(self._plan_for(operation, resource))
 
     def denial_reason(self, operation: str, resource: str, decision: _DecisionInput) -> str | None:
         """Why this layer denies, or None when it allows."""
         if self.allow_all:
             return None
         plan = self._plan_for(operation, resource)
-        if not plan.denies and plan.allows and plan.allows[0][1] is None:
-            return None  # an unconditional ALLOW and no DENY that could match: nothing to evaluate
+        if _unconditional(plan):
+            return None  # nothing to evaluate
         key = decision.key()
         if key is not None:
             try:
@@ -225,12 +222,16 @@ class Layer:
         return plan
 
 
+def _unconditional(plan: _Plan) -> bool:
+    """An unconditional ALLOW matches and no DENY could: the layer allows whatever the inputs."""
+    return not plan.denies and bool(plan.allows) and plan.allows[0][1] is None
+
+
 @dataclass(frozen=True)
 class Chain:
     """The layers an operation must pass, outermost (the caller's client) first."""
 
     layers: tuple[Layer, ...] = ()
-    _unconditional: dict[tuple[str, str], bool] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))
@@ -240,17 +241,9 @@ class Chain:
 
     def allows_whatever_the_inputs(self, operation: str, resource: str) -> bool:
         """Whether `decide` allows `operation` on `resource` whatever the document, principal and action
-        (every layer allows it unconditionally): a caller may then skip building those inputs. Remembered
-        per chain: its layers and their statements never change."""
-        key = (operation, resource)
-        known = self._unconditional.get(key)
-        if known is None:
-            known = (operation in OPERATIONS and bool(self.layers)
-                     and all(layer.allows_whatever_the_inputs(operation, resource) for layer in self.layers))
-            if len(self._unconditional) >= _PLAN_CACHE_LIMIT:
-                self._unconditional.clear()
-            self._unconditional[key] = known
-        return known
+        (every layer allows it unconditionally): a caller may then skip building those inputs."""
+        return (operation in OPERATIONS and bool(self.layers)
+                and all(layer.allows_whatever_the_inputs(operation, resource) for layer in self.layers))
 
     def decide(
         self,
