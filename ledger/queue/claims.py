@@ -98,11 +98,6 @@ def _claim_in_transaction(conn: psycopg.Connection, worker: str, batch: int, lea
 QUEUE_ROW = "SELECT lease_token, cancel_requested FROM execution_queue WHERE tenant_id = %s AND execution_id = %s"
 
 
-def fence_statement(job: Job) -> tuple[str, tuple]:
-    """The fence's statement, to be pipelined with the attempt's last writes; check its row with `held`."""
-    return QUEUE_ROW + " FOR UPDATE", (job.tenant_id, job.execution_id)
-
-
 def held(row: dict | None, job: Job) -> dict:
     """Raise LeaseLost unless our lease token still holds the queue row (as read or locked)."""
     if row is None or row["lease_token"] != job.lease_token or job.lost:
@@ -115,7 +110,7 @@ def fence(conn: psycopg.Connection, job: Job) -> dict:
 
     Under REPEATABLE READ the lock fails as a lost race when the row changed after the attempt's snapshot:
     another worker claimed it (its lease lapsed), or a cancel was requested meanwhile."""
-    return held(conn.execute(*fence_statement(job)).fetchone(), job)
+    return held(conn.execute(QUEUE_ROW + " FOR UPDATE", (job.tenant_id, job.execution_id)).fetchone(), job)
 
 
 def release(conn: psycopg.Connection, job: Job, *, retry_in: float | None) -> None:
