@@ -25,7 +25,10 @@ from .validation import ActionDefinitionInvalid, ReferenceLookup, ReferenceTarge
 ACTION = "financial.Action.document"
 ACTION_INDEX = "financial.Action.indexes.all"
 
-_HEADER = "a.tenant_id, a.id, a.name, a.kind, a.status, a.pending, a.latest_version, a.created_at, a.updated_at"
+# An action's header columns (`a`), as ACTION_AT_VERSION reads them: a caller reading them beside columns
+# of the same names renames them from this list (queue/attempts.py).
+HEADER_COLUMNS = ("tenant_id", "id", "name", "kind", "status", "pending", "latest_version", "created_at", "updated_at")
+_HEADER = ", ".join(f"a.{column}" for column in HEADER_COLUMNS)
 
 
 class ActionExists(LedgerError):

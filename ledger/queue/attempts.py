@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 from ..actions.lifecycle import settle_pending_lifecycle
 from ..actions.mcp_servers import load_server_for_task, server_layer
 from ..actions import natives
-from ..actions.registry import action_of_row, load_action
+from ..actions.registry import HEADER_COLUMNS as _HEADER_COLUMNS, action_of_row, load_action
 from ..auth.clients import client_layer
 from ..db.retry import retry_lost_races
 from ..executions.engine import run_call
@@ -54,8 +54,6 @@ def backoff_seconds(base: float, attempt: int) -> float:
 # its status change; and the action at the execution's version (ACTION_AT_VERSION, its header's columns
 # renamed `act_*` beside the execution's). One statement, not three: each statement of a pipeline costs
 # the worker ~50 µs of CPU.
-_HEADER_COLUMNS = ("tenant_id", "id", "name", "kind", "status", "pending", "latest_version", "created_at",
-                   "updated_at")
 _VERSION_COLUMNS = ("v_version", "v_definition", "v_enabled", "v_created_at")
 _EXECUTION_KEYS = tuple(column.strip() for column in EXECUTION_COLUMNS.split(",")) + (
     "client_claims", "planned_action_id", "client_row_id", "client_name", "client_enabled", "client_policies",
