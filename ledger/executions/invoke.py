@@ -21,8 +21,8 @@ from .engine import CallBody, run_call
 from .failures import CallFailed
 from .fixed_input import merge_fixed_input
 from .tree import TREE_KEY, CallTree, response_timeout_seconds
-from .records import (EXECUTION, PendingExecution, execution_document, flush, load_execution, lock_and_load_execution,
-                      lock_execution_id, record_of, require_new_execution)
+from .records import (EXECUTION, PendingExecution, execution_document, flush, lock_and_load_execution, record_of,
+                      require_new_execution)
 
 
 class ExecutionIdConflict(LedgerError):
@@ -149,8 +149,8 @@ def _locked_execution(scope: Scope, execution_id: uuid.UUID, action_id: uuid.UUI
     `load_action`; `loaded` when the caller read it already), in one statement: the action is read
     beside the lookup even when the execution exists, since a repeat is rare and a round trip is not."""
     if loaded is not None or natives.NATIVE_BY_ID.get(action_id) is not None:
-        lock_execution_id(scope, execution_id)
-        return load_execution(scope, execution_id), loaded
+        existing, _ = lock_and_load_execution(scope, execution_id)
+        return existing, loaded
     existing, action_row = lock_and_load_execution(scope, execution_id, action_statement(scope, action_id, version))
     return existing, action_of_row(action_row)
 

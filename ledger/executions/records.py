@@ -50,15 +50,18 @@ _PREFIXED_EXECUTION = ", ".join(f"e.{c.strip()} AS e_{c.strip()}" for c in EXECU
 
 
 def lock_and_load_execution(scope: Scope, execution_id: uuid.UUID,
-                            beside: tuple[str, tuple]) -> tuple[dict | None, dict | None]:
+                            beside: tuple[str, tuple] | None = None) -> tuple[dict | None, dict | None]:
     """`lock_execution_id`, then `load_execution`, and the row of `beside` (a statement returning at most
-    one row, whose columns must not start with `e_`), in one statement: (the execution or None, that row
-    or None). One statement does what two would: at REPEATABLE READ each statement reads the
-    transaction's snapshot, taken before the lock was, so a lookup after the lock sees the same rows."""
-    sql, params = beside
+    one row, whose columns must not start with `e_`; None: nothing beside), in one statement: (the
+    execution or None, that row or None). One statement does what two would: at REPEATABLE READ each
+    statement reads the transaction's snapshot, taken before the lock was, so a lookup after the lock sees
+    the same rows."""
+    columns, joined, params = _PREFIXED_EXECUTION, "", ()
+    if beside is not None:
+        columns, joined, params = f"{columns}, b.*", f" LEFT JOIN ({beside[0]}) AS b ON true", beside[1]
     row = scope.one(
-        f"SELECT {_PREFIXED_EXECUTION}, b.* FROM (SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))) AS locked"
-        f" LEFT JOIN executions e ON e.tenant_id = %s AND e.id = %s LEFT JOIN ({sql}) AS b ON true",
+        f"SELECT {columns} FROM (SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))) AS locked"
+        f" LEFT JOIN executions e ON e.tenant_id = %s AND e.id = %s{joined}",
         (f"{scope.tenant_id}:{execution_id}", scope.tenant_id, execution_id, *params),
     )
     execution = {key[2:]: value for key, value in row.items() if key.startswith("e_")}
