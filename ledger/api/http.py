@@ -253,20 +253,31 @@ class _PageOrPost:
 
 
 class _App(Starlette):
-    """Starlette, with POST /graphql (nearly every request) sent straight to its endpoint: what that path
-    would pass through (the router's matching, the exception middleware, a Request and a Response) does
-    nothing for it. It keeps starlette's answer to an unexpected exception (a plain 500, the exception
-    logged by the server). Every other request, GET /graphql included, takes starlette's routes."""
+    """Starlette, with POST /graphql and POST /mcp/<name> (nearly every request) sent straight to their
+    endpoints: what those paths would pass through (the router's matching, the exception middleware, a
+    Request and a Response) does nothing for them. It keeps starlette's answer to an unexpected exception
+    (a plain 500, the exception logged by the server). Every other request, GET /graphql and GET or DELETE
+    /mcp/<name> included, takes starlette's routes."""
 
-    def __init__(self, graphql: GraphQLEndpoint, **kwargs: Any) -> None:
+    def __init__(self, graphql: GraphQLEndpoint, mcp: McpEndpoint, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._graphql = ServerErrorMiddleware(graphql)
+        self._mcp = ServerErrorMiddleware(mcp)
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and get_route_path(scope) == "/graphql":
-            scope["app"] = self
-            await self._graphql(scope, receive, send)
-            return
+        if scope["type"] == "http" and scope["method"] == "POST":
+            path = get_route_path(scope)
+            if path == "/graphql":
+                scope["app"] = self
+                await self._graphql(scope, receive, send)
+                return
+            # As the route `/mcp/{name}` matches: one path segment, not empty.
+            name = path[5:] if path.startswith("/mcp/") else ""
+            if name and "/" not in name:
+                scope["app"] = self
+                scope["path_params"] = {"name": name}
+                await self._mcp(scope, receive, send)
+                return
         await super().__call__(scope, receive, send)
 
 
@@ -314,7 +325,7 @@ def build_app(services: Services) -> Starlette:
         finally:
             threads.close()
 
-    app = _App(graphql_endpoint, routes=[
+    app = _App(graphql_endpoint, mcp, routes=[
         Route("/graphql", _PageOrPost(graphql_endpoint), methods=["GET", "POST"]),
         Route("/graphiql/{name}", graphiql_asset, methods=["GET"]),
         Route("/inbox", inbox, methods=["GET"]),

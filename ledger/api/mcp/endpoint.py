@@ -22,7 +22,7 @@ import anyio
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope as AsgiScope, Send
 
@@ -34,6 +34,7 @@ from ..json_codec import dump_json
 from ..requests import HeldTransaction
 from ..threads import RequestThreads, request_thread_count
 from .calls import Caller, McpCalls
+from .exchange import SingleExchange, is_single_exchange
 from .telemetry import CALLER_KEY, OBSERVED_KEY, Telemetry, observe_refusal
 
 log = logging.getLogger("ledger.mcp")
@@ -73,6 +74,7 @@ class McpEndpoint:
         # ("Drop it from this list to opt out"); tests/test_mcp_endpoint.py fails if the defaults change.
         self.server.middleware[:] = [Telemetry()]
         self._sessions: StreamableHTTPSessionManager | None = None
+        self._exchange = SingleExchange(self.server, TransportSecurityMiddleware(transport_security(settings)))
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -104,7 +106,7 @@ class McpEndpoint:
             await _refusal_response(refusal)(scope, receive, send)
             return
         try:
-            await self._hand_on(scope, _replay(received, receive), send, caller, name, started, over_limit)
+            await self._hand_on(scope, received, receive, send, caller, name, started, over_limit)
         finally:
             if caller.opened.held:
                 # No handler took the transaction (initialize, ping, a request the SDK refused): roll it back,
@@ -112,8 +114,8 @@ class McpEndpoint:
                 with anyio.CancelScope(shield=True):
                     await self.threads.run(caller.opened.discard)
 
-    async def _hand_on(self, scope: AsgiScope, receive: Receive, send: Send, caller: Caller, name: str,
-                       started: float, over_limit: bool) -> None:
+    async def _hand_on(self, scope: AsgiScope, received: list[Message], receive: Receive, send: Send,
+                       caller: Caller, name: str, started: float, over_limit: bool) -> None:
         sessions = self._sessions
         if sessions is None:
             observe_refusal("not_running", started, server_name=name, status=503)
@@ -125,6 +127,10 @@ class McpEndpoint:
             # that stays open), so the connection goes back now.
             await self.threads.run(caller.opened.discard)
         scope[CALLER_KEY] = caller
+        if not over_limit and is_single_exchange(scope):
+            body = b"".join(m.get("body", b"") for m in received if m["type"] == "http.request")
+            if await self._exchange.answer(scope, body, send, self.services.settings.max_body_bytes):
+                return
         status = 0
 
         async def watched(message: dict) -> None:
@@ -133,7 +139,7 @@ class McpEndpoint:
                 status = message["status"]
             await send(message)
 
-        await sessions.handle_request(scope, receive, watched)
+        await sessions.handle_request(scope, _replay(received, receive), watched)
         if status >= 400 and not scope.get(OBSERVED_KEY):
             # The SDK answered before any handler ran (a body it could not parse, over the limit, a host
             # it was not told, a protocol version it does not speak, a notification): one line still.

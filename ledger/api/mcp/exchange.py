@@ -1,0 +1,162 @@
+"""A 2026-07-28 `tools/call` or `tools/list` answered without the SDK's streamable-HTTP transport.
+
+Nearly every MCP request is one of these two, and each is one self-contained POST answered with one JSON
+body. The SDK's single-exchange entry (`mcp.server._streamable_http_modern.handle_modern_request`) wraps
+its steps in a session manager, a starlette Request and Response, a per-request `Connection` and
+`ServerSession`, and an anyio cancel scope for the connection's exit stack: none of them does anything for
+these two methods on this server (JSON responses, no notifications, no server-to-client requests, handlers
+that read only the ASGI scope). Here the SDK's own steps run in its order, on its functions: the transport
+security check, the Accept check, the JSON-RPC envelope's validation, the routing-header ladder
+(`classify_inbound_request`), the method's params validation for the envelope's version, the registered
+handler through the server's middleware (the ledger's Telemetry), the result's shaping for that version
+(`ServerRunner._serialize`: the per-version sieve and the serverInfo stamp) and the error mapping
+(`modern_error_data`, `ERROR_CODE_HTTP_STATUS`).
+
+A request that any check before the handler would refuse, or any other method or shape, is not answered
+here: `answer` returns False having sent nothing, and the route hands the request, body replayed, to the
+SDK's transport, which refuses it in its own words (so every refusal is the SDK's, byte for byte).
+`Mcp-Param-*` headers are not checked: the ledger's `get_tool_input_schema` resolves no schema, so the
+SDK's check passes every request (`tests/test_mcp_endpoint.py` pins it).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from typing import Any
+
+from mcp.server import Server
+from mcp.server.runner import ServerRunner, _apply_middleware, _dump_result, modern_error_data
+from mcp.server.streamable_http import check_accept_headers
+from mcp.server.transport_security import TransportSecurityMiddleware
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import (ERROR_CODE_HTTP_STATUS, InboundLadderRejection, classify_inbound_request,
+                                find_duplicated_routing_header)
+from mcp_types import ErrorData, JSONRPCError, JSONRPCRequest, JSONRPCResponse
+from mcp_types import methods as _methods
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.requests import Request
+from starlette.types import Scope as AsgiScope, Send
+
+# The methods answered here; every other one goes to the SDK's transport.
+METHODS = frozenset({"tools/call", "tools/list"})
+_VERSION_HEADER = b"mcp-protocol-version"
+
+
+def is_single_exchange(scope: AsgiScope) -> bool:
+    """Whether the SDK would take this request to its 2026-era single-exchange entry: a POST whose
+    MCP-Protocol-Version header names no handshake-era revision (`StreamableHTTPSessionManager`)."""
+    if scope.get("method") != "POST":
+        return False
+    version = next((value for name, value in scope["headers"] if name == _VERSION_HEADER), None)
+    return version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+class _Request:
+    """`ctx.request` as the handlers and the middleware read it: the ASGI scope."""
+
+    __slots__ = ("scope",)
+
+    def __init__(self, scope: AsgiScope) -> None:
+        self.scope = scope
+
+
+class _Context:
+    """What the ledger's handlers and Telemetry read of the SDK's `ServerRequestContext`."""
+
+    __slots__ = ("method", "params", "request_id", "request", "meta", "protocol_version")
+
+    def __init__(self, method: str, params: dict | None, request_id: Any, scope: AsgiScope, version: str) -> None:
+        self.method, self.params, self.request_id = method, params, request_id
+        self.request = _Request(scope)
+        self.meta = None
+        self.protocol_version = version
+
+
+class SingleExchange:
+    def __init__(self, server: Server[Any], security: TransportSecurityMiddleware) -> None:
+        self.server = server
+        self.security = security
+        # Only `_serialize` of it is used: it reads the server's cache hints and serverInfo, nothing else.
+        self._shaper = ServerRunner(server, None, None)  # type: ignore[arg-type]
+
+    async def answer(self, scope: AsgiScope, body: bytes, send: Send, limit: int) -> bool:
+        """Answer the request and return True, or return False having sent nothing. `body` is the whole
+        body, at most `limit` bytes."""
+        request = Request(scope)
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            return False  # the SDK answers 413 to the declared length (`RequestBodyLimitMiddleware`)
+        if await self.security.validate_request(request, is_post=True) is not None:
+            return False
+        has_json, _ = check_accept_headers(request)
+        if not has_json:
+            return False
+        try:
+            decoded = json.loads(body)
+        except (ValueError, RecursionError):
+            return False
+        if not isinstance(decoded, dict) or "id" not in decoded or decoded.get("method") not in METHODS:
+            return False
+        try:
+            envelope = JSONRPCRequest.model_validate(decoded)
+        except ValueError:
+            return False
+        headers = request.headers
+        if find_duplicated_routing_header(headers.items()) is not None:
+            return False
+        verdict = classify_inbound_request(decoded, headers=dict(headers))
+        if isinstance(verdict, InboundLadderRejection):
+            return False
+        entry = self.server.get_request_handler(envelope.method)
+        if entry is None:
+            return False
+        version = verdict.protocol_version
+        ctx = _Context(envelope.method, envelope.params, envelope.id, scope, version)
+
+        async def handle(ctx: _Context) -> dict[str, Any]:
+            # As the SDK's kernel (`ServerRunner._on_request`): the params validated for the version, the
+            # handler, the result shaped for the wire inside the middleware chain.
+            _methods.validate_client_request(ctx.method, version, ctx.params)
+            params = entry.params_type.model_validate({} if ctx.params is None else ctx.params, by_name=False)
+            result = await entry.handler(ctx, params)
+            if isinstance(result, ErrorData):
+                raise MCPError.from_error_data(result)
+            return self._shaper._serialize(ctx.method, version, result)
+
+        call: Any = handle
+        for middleware in reversed(self.server.middleware):
+            call = partial(_apply_middleware, middleware, call)
+        try:
+            result = _dump_result(await call(ctx))
+        except Exception as exc:  # noqa: BLE001 - the SDK's exception-to-wire mapping, as its entry does
+            error = JSONRPCError(jsonrpc="2.0", id=envelope.id, error=modern_error_data(exc))
+            await _send(ERROR_CODE_HTTP_STATUS.get(error.error.code, 200), _dumped(error), send)
+            return True
+        await _send(200, _response_body(envelope.id, result), send)
+        return True
+
+
+def _dumped(message: JSONRPCResponse | JSONRPCError) -> bytes:
+    """A reply as the SDK's entry serializes it (`_streamable_http_modern._write`)."""
+    return json.dumps(message.model_dump(mode="json", by_alias=True, exclude_none=True),
+                      separators=(",", ":")).encode()
+
+
+def _response_body(request_id: Any, result: dict[str, Any]) -> bytes:
+    """`_dumped(JSONRPCResponse(...))` without validating and dumping the result a second time: it is the
+    wire form already (`_serialize` dumped it in JSON mode), and the envelope's `result: dict[str, Any]` dumps
+    it unchanged (nulls kept). A value JSON has no literal for (NaN, an infinity), which pydantic would
+    write differently, takes the SDK's way."""
+    try:
+        return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}, separators=(",", ":"),
+                          allow_nan=False).encode()
+    except (TypeError, ValueError):
+        return _dumped(JSONRPCResponse(jsonrpc="2.0", id=request_id, result=result))
+
+
+async def _send(status: int, body: bytes, send: Send) -> None:
+    """The headers a starlette JSON Response sends, as the SDK's entry answers."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})
