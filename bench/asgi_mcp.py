@@ -1,0 +1,149 @@
+"""The bench's tool call (`bench_balance`) without the HTTP parser, in one process, through each route:
+
+    python -m bench.asgi_mcp [--via mcp,mcp-2025-11-25,graphql] [--calls 2000] [--repeat 3] [--profile VIA]
+
+Starts a throwaway cluster and `ledger serve` (only to create the bench's fixtures through the API, as
+`make bench` does), then builds `create_app()` in this process (its lifespan run, the queue worker off) and
+sends the MCP row's requests (bench/workloads.py `tool_call_spec`: a fresh executionId each) N times, one
+after another, on uvloop, through each route in turn. It prints the process's CPU (all threads: the event
+loop's and the request threads') per call in µs, the best of `--repeat` rounds; the sandbox's process is
+not in it (it is the same for every route). `--profile VIA` also prints cProfile's top functions (cumulative, the
+event loop's thread's CPU) over one more round of that route; the profiler's overhead inflates absolute numbers, so compare shares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from . import workloads
+from .env import Cluster, Server
+from .fixtures import populate, prepare_database
+
+
+def _scope(path: str, headers: dict[str, str], body: bytes) -> dict:
+    raw = [(b"host", b"127.0.0.1:8000"), (b"user-agent", b"bench"), (b"content-length", str(len(body)).encode())]
+    raw += [(name.lower().encode(), value.encode()) for name, value in headers.items()]
+    return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
+            "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+            "root_path": "", "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000), "state": {},
+            "headers": raw}
+
+
+async def _call(app, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
+    sent: list[dict] = []
+    delivered = False
+
+    async def receive():
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)
+
+    async def send(message):
+        sent.append(message)
+
+    await app(_scope(path, headers, body), receive, send)
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+class _Route:
+    def __init__(self, spec: dict) -> None:
+        self.path = urlsplit(spec["url"]).path
+        self.headers = {"Content-Type": "application/json", "Authorization": f"Bearer {spec['token']}",
+                        **spec.get("headers", {})}
+        self.template = spec["body"]
+
+    async def once(self, app) -> bytes:
+        body = self.template.replace("__UUID__", str(uuid.uuid4())).encode()
+        status, answer = await _call(app, self.path, self.headers, body)
+        if status != 200 or b'"balance"' not in answer or b'"isError":true' in answer:
+            raise RuntimeError(f"{self.path} answered {status}: {answer[:400]!r}")
+        return answer
+
+
+async def _measure(app, routes: dict[str, _Route], calls: int, repeat: int, profile: str | None) -> None:
+    for route in routes.values():
+        for _ in range(300):
+            await route.once(app)
+    best: dict[str, float] = {}
+    for r in range(repeat):
+        for via, route in routes.items():  # the routes interleaved, round by round
+            cpu, loop, wall = time.process_time(), time.thread_time(), time.perf_counter()
+            for _ in range(calls):
+                await route.once(app)
+            loop = time.thread_time() - loop
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            per = cpu / calls * 1e6
+            best[via] = min(best.get(via, per), per)
+            print(f"round {r + 1} {via}: {per:.0f} µs CPU per call, {loop / calls * 1e6:.0f} of them on the event "
+                  f"loop's thread ({wall / calls * 1e6:.0f} µs wall)", flush=True)
+    print("best: " + ", ".join(f"{via} {us:.0f} µs" for via, us in best.items()))
+    if "graphql" in best:
+        for via, us in best.items():
+            if via != "graphql":
+                print(f"CPU ratio graphql/{via}: {best['graphql'] / us:.2f}")
+    if profile:
+        # The event loop's thread's CPU only (the request threads' work is not profiled): what the route, the
+        # SDK and the hops to the request threads cost on the loop, with no wait for the GIL counted.
+        profiler = cProfile.Profile(time.thread_time)
+        profiler.enable()
+        for _ in range(calls):
+            await routes[profile].once(app)
+        profiler.disable()
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(60)
+        print(out.getvalue())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.asgi_mcp")
+    parser.add_argument("--via", default="mcp,mcp-2025-11-25,graphql")
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--profile", help="one route (mcp, mcp-2025-11-25, graphql) to profile with cProfile")
+    args = parser.parse_args(argv)
+    cluster = Cluster()
+    server = None
+    try:
+        url = cluster.create_database("ledger")
+        tenant_id, client_id, token, secret = prepare_database(url)
+        server = Server(url, Path(tempfile.mkdtemp(prefix="ledger-asgi-mcp-")), workers=1)
+        fx = populate(url, server.url, tenant_id, client_id, token, secret, accounts=10)
+        routes = {via: _Route(workloads.tool_call_spec(server, fx, via)) for via in args.via.split(",")}
+        server.stop()
+        server = None
+        os.environ["LEDGER_DATABASE_URL"] = url
+        os.environ["LEDGER_RUN_WORKER"] = "0"
+        from ledger.wiring import create_app
+
+        app = create_app()
+
+        async def main_async():
+            async with app.router.lifespan_context(app):
+                await _measure(app, routes, args.calls, args.repeat, args.profile)
+
+        import uvloop
+
+        uvloop.run(main_async())
+    finally:
+        if server is not None:
+            server.stop()
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
