@@ -129,3 +129,30 @@ def test_a_request_the_sdk_refuses_before_a_handler_is_left_to_the_sdk(served, e
     direct = post(served, examples.token, call("get_account_activity", {"account_id": payer}), **headers)
     assert answered["direct"] == 0
     assert direct.status_code >= 400
+
+
+# ---------------------------------------------------------------------------- the server's actions read ahead
+# The route reads the actions a server references with its row, in the request's first round trip
+# (ledger/actions/mcp_servers.py `server_tools_by_name_query`); a reference that statement does not read
+# is read by `load_action` as before. Stored references in forms the write path never produces take both.
+
+
+def test_references_the_statement_ahead_cannot_read_resolve_as_before(served, examples, db_url):
+    import psycopg
+    from live_helpers import GET_ACCOUNT_ACTIVITY, TRANSFER
+
+    server_id = create_server(examples, "desk", [reference("get_account_activity")], EVERYTHING)
+    stored = [
+        {"name": "get_account_activity", "actionId": GET_ACCOUNT_ACTIVITY.upper(), "actionVersion": 1},  # ahead
+        {"name": "transfer", "actionId": TRANSFER, "actionVersion": 99},  # no such version: left out
+        {"name": "nothing", "actionId": "not-a-uuid"},  # left out
+        {"name": "transfer", "actionId": "{" + TRANSFER + "}", "actionVersion": None},  # read by load_action
+    ]
+    with psycopg.connect(db_url) as conn:  # as the owner: the write path would normalize these
+        conn.execute("UPDATE mcp_servers SET tools = %s::jsonb WHERE id = %s", (json.dumps(stored), server_id))
+    for body in (LIST, {**LIST, "params": {}}):  # through the direct answer, then through the SDK (2025-11-25)
+        headers = {} if body is LIST else {"MCP-Protocol-Version": "2025-11-25"}
+        response = post(served, examples.token, {**body, "method": "tools/list"}, **headers)
+        tools = response.json()["result"]["tools"]
+        assert [(t["name"], t["_meta"]["ledger/actionVersion"]) for t in tools] == [
+            ("get_account_activity", 1), ("transfer", None)]

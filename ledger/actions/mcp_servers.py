@@ -26,7 +26,7 @@ from ..policy.statements import parse_policies
 from ..scope import Scope
 from ..values import same_json
 from . import natives
-from .registry import reference_lookup
+from .registry import HEADER_COLUMNS, reference_lookup
 from .validation import DefinitionInvalid, Problems, check_name, check_references
 
 log = logging.getLogger("ledger.mcp_servers")
@@ -155,6 +155,50 @@ _UNREAD = object()
 def server_by_name_query(tenant_id: uuid.UUID, name: str) -> tuple[str, tuple]:
     """The statement load_server_by_name runs, for a caller that sends it ahead (with BEGIN)."""
     return _BY_NAME, (tenant_id, name)
+
+
+# The actions the server at a name references, at the versions they name, read in one row (each column an
+# array, in the references' order): sent with the server's row (ahead, with BEGIN), it spares a tools/call
+# or tools/list the round trip of each `load_action` of its listing. A reference whose actionId is not a
+# UUID's canonical text or whose actionVersion is neither absent, null nor a plain integer is not read
+# here (no cast can fail in this statement); the listing reads it as before (`tool_rows_of_row`).
+_TOOL_COLUMNS = (*HEADER_COLUMNS, "v_version", "v_definition", "v_enabled", "v_created_at", "ref_version")
+_TOOLS_BY_NAME = (
+    "SELECT " + ", ".join(f"array_agg(r.{column} ORDER BY r.position) AS {column}" for column in _TOOL_COLUMNS)
+    + f" FROM (SELECT t.position, t.ref_version, {', '.join(f'a.{c}' for c in HEADER_COLUMNS)},"
+    " v.version AS v_version, v.definition AS v_definition, v.enabled AS v_enabled, v.created_at AS v_created_at"
+    " FROM mcp_servers s CROSS JOIN LATERAL (SELECT e.position, jsonb_typeof(e.ref -> 'actionVersion') AS version_type,"
+    " CASE WHEN e.ref ->> 'actionId' ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'"
+    " THEN (e.ref ->> 'actionId')::uuid END AS action_id,"
+    " CASE WHEN jsonb_typeof(e.ref -> 'actionVersion') = 'number' AND e.ref ->> 'actionVersion' ~ '^[0-9]{1,9}$'"
+    " THEN (e.ref ->> 'actionVersion')::int END AS ref_version"
+    " FROM jsonb_array_elements(CASE WHEN jsonb_typeof(s.tools) = 'array' THEN s.tools ELSE '[]'::jsonb END)"
+    " WITH ORDINALITY AS e(ref, position)) t"
+    " JOIN actions a ON a.tenant_id = s.tenant_id AND a.id = t.action_id"
+    " JOIN action_versions v ON v.tenant_id = a.tenant_id AND v.action_id = a.id"
+    " AND v.version = coalesce(t.ref_version, a.latest_version)"
+    " WHERE s.tenant_id = %s AND s.name = %s AND NOT s.deleted AND s.enabled"
+    " AND (t.ref_version IS NOT NULL OR t.version_type IS NULL OR t.version_type = 'null')) r")
+
+
+def server_tools_by_name_query(tenant_id: uuid.UUID, name: str) -> tuple[str, tuple]:
+    """The statement whose row `tool_rows_of_row` reads: the stored actions the server at `name`
+    references, for a caller that sends it ahead (with BEGIN and the server's row)."""
+    return _TOOLS_BY_NAME, (tenant_id, name)
+
+
+def tool_rows_of_row(row: Any) -> dict[tuple[uuid.UUID, int | None], dict]:
+    """The rows `load_action(action_id, version)` would read in the same transaction (`action_of_row`
+    makes one the record), by (action_id, the version as the reference names it: an int or None); a
+    reference not among them is read as before."""
+    if row is None or row["id"] is None:
+        return {}
+    rows: dict[tuple[uuid.UUID, int | None], dict] = {}
+    for values in zip(*(row[column] for column in _TOOL_COLUMNS)):
+        found = dict(zip(_TOOL_COLUMNS, values))
+        version = found.pop("ref_version")
+        rows[(found["id"], version)] = found
+    return rows
 
 
 def load_server_by_name(scope: Scope, name: str, *, row: Any = _UNREAD) -> McpServer | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mcp_types as types
@@ -35,8 +35,8 @@ from ...services import Services
 from ...db.retry import retry_lost_races
 from ..requests import HeldTransaction
 from .natives import native_body, proposal_body
-from .tools import (EXECUTION_ID, PREVIEW, SESSION_ID, ListedTool, describe, failed, iter_listed_tools, listed_tools,
-                    succeeded)
+from .tools import (EXECUTION_ID, PREVIEW, SESSION_ID, ListedTool, Preloaded, describe, failed, iter_listed_tools,
+                    listed_tools, succeeded)
 
 EVENT_TYPE = "mcp.tools_call"
 # A JSON-RPC error of the implementation-defined range: the ledger could not answer for now.
@@ -53,6 +53,9 @@ class Caller:
     deadline: float
     # The request's transaction, in which the route read the client and the server: the first attempt's.
     opened: HeldTransaction
+    # The rows of the server's actions, read with the server's in `opened` (`tool_rows_of_row`): valid in
+    # that transaction only.
+    tool_rows: Preloaded = field(default_factory=dict)
 
     def client_layer(self) -> Layer:
         return client_layer(self.principal, self.policies)
@@ -71,18 +74,19 @@ class McpCalls:
         self.services = services
 
     @contextlib.contextmanager
-    def _transaction(self, caller: Caller) -> Iterator[tuple[Any, int | None]]:
-        """An attempt's transaction and its tenant's trigger version (for the events a call raises, read
-        with BEGIN): the route's for the first attempt, a new one for a retry. It commits unless the block
-        raises (`_RollBack` included)."""
+    def _transaction(self, caller: Caller) -> Iterator[tuple[Any, int | None, Preloaded | None]]:
+        """An attempt's transaction, its tenant's trigger version (for the events a call raises, read
+        with BEGIN) and the rows of the server's actions read in it already: the route's for the first
+        attempt, a new one (none read) for a retry. It commits unless the block raises (`_RollBack`
+        included)."""
         opened = caller.opened.take()
         if opened is not None:
             with opened.use() as request:
-                yield request.conn, request.triggers_version
+                yield request.conn, request.triggers_version, caller.tool_rows
         else:
             with self.services.db.transaction(caller.principal.tenant_id, deadline=caller.deadline,
                                               first=[(f"SELECT {TRIGGERS_VERSION_COLUMN}", None)]) as conn:
-                yield conn, conn.ledger_first[0]["triggers_version"]
+                yield conn, conn.ledger_first[0]["triggers_version"], None
 
     def _scope(self, conn, caller: Caller, triggers_version: int | None, *, dry_run: bool = False,
                request_state: dict | None = None) -> Scope:
@@ -99,10 +103,11 @@ class McpCalls:
 
         def once() -> list[types.Tool]:
             try:
-                with self._transaction(caller) as (conn, triggers_version):
+                with self._transaction(caller) as (conn, triggers_version, preloaded):
                     scope = self._scope(conn, caller, triggers_version)
                     listing = replace(scope, chain=scope.chain.extended(server))
-                    raise _RollBack([describe(tool, client, server) for tool in listed_tools(listing, caller.server)])
+                    raise _RollBack([describe(tool, client, server)
+                                     for tool in listed_tools(listing, caller.server, preloaded)])
             except _RollBack as read:
                 return read.result
 
@@ -131,10 +136,10 @@ class McpCalls:
         def once() -> types.CallToolResult:
             attempts.append({})  # the attempt's request_state: whether it called a model
             try:
-                with self._transaction(caller) as (conn, triggers_version):
+                with self._transaction(caller) as (conn, triggers_version, preloaded):
                     # The attempt's request_state, so that it also holds the trigger version read with BEGIN.
                     scope = self._scope(conn, caller, triggers_version, dry_run=preview, request_state=attempts[-1])
-                    result = self._call_once(scope, caller, params, execution_id, session_id, answer_meta)
+                    result = self._call_once(scope, caller, params, execution_id, session_id, answer_meta, preloaded)
                     if preview:
                         raise _RollBack(result)
                     return result
@@ -151,10 +156,10 @@ class McpCalls:
             return failed("retryable", exc.message, hint, answer_meta)
 
     def _call_once(self, scope: Scope, caller: Caller, params: types.CallToolRequestParams, execution_id: uuid.UUID,
-                   session_id: uuid.UUID | None, meta: dict) -> types.CallToolResult:
+                   session_id: uuid.UUID | None, meta: dict, preloaded: Preloaded | None) -> types.CallToolResult:
         server = server_layer(caller.server)
         tools: list[ListedTool] = []
-        for listed in iter_listed_tools(replace(scope, chain=scope.chain.extended(server)), caller.server):
+        for listed in iter_listed_tools(replace(scope, chain=scope.chain.extended(server)), caller.server, preloaded):
             tools.append(listed)
             if listed.name == params.name:
                 break

@@ -19,7 +19,7 @@ from typing import Any
 
 import mcp_types as types
 
-from ...actions.registry import ACTION, as_document, load_action
+from ...actions.registry import ACTION, action_of_row, as_document, load_action
 from ...executions.engine import tool_layer
 from ...executions.planned import PLANNED_RESULT_SCHEMA
 from ...policy.chain import Layer
@@ -70,17 +70,23 @@ class ListedTool:
         return output
 
 
-def listed_tools(scope: Scope, server: Any) -> list[ListedTool]:
+# The rows of the server's actions read ahead in this transaction (`tool_rows_of_row`), by (id, version).
+Preloaded = dict[tuple[uuid.UUID, int | None], dict]
+
+
+def listed_tools(scope: Scope, server: Any, preloaded: Preloaded | None = None) -> list[ListedTool]:
     """The server's tools that this scope's chain (the caller's layer, then the server's) may SELECT and
-    INVOKE, in the order listed. References that no longer resolve are left out, and logged."""
-    return list(iter_listed_tools(scope, server))
+    INVOKE, in the order listed. References that no longer resolve are left out, and logged.
+
+    `preloaded`: the rows of the server's actions that this scope's transaction has read already."""
+    return list(iter_listed_tools(scope, server, preloaded))
 
 
-def iter_listed_tools(scope: Scope, server: Any) -> Iterator[ListedTool]:
+def iter_listed_tools(scope: Scope, server: Any, preloaded: Preloaded | None = None) -> Iterator[ListedTool]:
     """`listed_tools` one at a time: a call stops at the tool it names, resolving no reference after it."""
     names: set[str] = set()
     for position, reference in enumerate(server.tools):
-        record = _resolve(scope, server, position, reference)
+        record = _resolve(scope, server, position, reference, preloaded)
         if record is None:
             continue
         name = (record.get("tool") or {}).get("name") or record["name"]
@@ -96,7 +102,7 @@ def iter_listed_tools(scope: Scope, server: Any) -> Iterator[ListedTool]:
         yield ListedTool(name, reference, record)
 
 
-def _resolve(scope: Scope, server: Any, position: int, reference: dict) -> dict | None:
+def _resolve(scope: Scope, server: Any, position: int, reference: dict, preloaded: Preloaded | None) -> dict | None:
     extra = {"mcpServerId": str(server.id)}
     try:
         action_id = uuid.UUID(str(reference.get("actionId")))
@@ -104,7 +110,9 @@ def _resolve(scope: Scope, server: Any, position: int, reference: dict) -> dict 
         log.warning("MCP server %s: tools[%d] has no valid actionId; it is left out of the list", server.id,
                     position, extra=extra)
         return None
-    record = load_action(scope, action_id, reference.get("actionVersion"))
+    version = reference.get("actionVersion")
+    row = preloaded.get((action_id, version)) if preloaded and (version is None or type(version) is int) else None
+    record = action_of_row(row) if row is not None else load_action(scope, action_id, version)
     if record is None or record["status"] == "DELETED" or not record.get("tool"):
         log.warning("MCP server %s: tools[%d] (%r, version %s) no longer resolves; it is left out of the list",
                     server.id, position, reference.get("name"), reference.get("actionVersion") or "latest",
