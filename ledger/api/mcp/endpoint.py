@@ -146,8 +146,12 @@ class McpEndpoint:
             observe_refusal(f"http_{status}", started, server_name=name, status=status, caller=caller)
 
     async def _resolve(self, scope: AsgiScope, name: str) -> Caller:
-        headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
-        scheme, _, token = headers.get("authorization", "").partition(" ")
+        # The last Authorization header counts (as a dict of the headers would keep it); only it is decoded.
+        authorization = b""
+        for key, value in scope["headers"]:
+            if key.lower() == b"authorization":
+                authorization = value
+        scheme, _, token = authorization.decode("latin-1").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise _Refusal(401, "unauthenticated", "this request carries no bearer token",
                            "send `Authorization: Bearer <token>`; issueToken (or `ledger token`) mints one")
