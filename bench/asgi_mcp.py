@@ -74,6 +74,28 @@ class _Route:
         return answer
 
 
+def _callgrind(*flags: str) -> None:
+    """Drive the callgrind this process runs under (`--callgrind`)."""
+    import subprocess
+
+    subprocess.run(["callgrind_control", *flags, str(os.getpid())], check=True, capture_output=True)
+
+
+async def _count_instructions(app, routes: dict[str, _Route], calls: int) -> None:
+    """Each route's instructions per call, all threads of this process, counted by callgrind (deterministic
+    whatever else the machine runs): collection is switched on around the calls alone."""
+    for via, route in routes.items():
+        for _ in range(20):
+            await route.once(app)
+        _callgrind("-z")
+        _callgrind("-i", "on")
+        for _ in range(calls):
+            await route.once(app)
+        _callgrind("-i", "off")
+        _callgrind("-d", via)
+    print("callgrind: dumps of each route (callgrind_annotate <file>, 'summary' / calls = instructions per call)")
+
+
 async def _measure(app, routes: dict[str, _Route], calls: int, repeat: int, profile: str | None) -> None:
     for route in routes.values():
         for _ in range(300):
@@ -114,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", help="one route (mcp, mcp-2025-11-25, graphql) to profile with cProfile")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="count instructions instead (run under `valgrind --tool=callgrind --instr-atstart=no`)")
     args = parser.parse_args(argv)
     cluster = Cluster()
     server = None
@@ -133,7 +157,10 @@ def main(argv: list[str] | None = None) -> int:
 
         async def main_async():
             async with app.router.lifespan_context(app):
-                await _measure(app, routes, args.calls, args.repeat, args.profile)
+                if args.callgrind:
+                    await _count_instructions(app, routes, args.calls)
+                else:
+                    await _measure(app, routes, args.calls, args.repeat, args.profile)
 
         import uvloop
 
