@@ -1,14 +1,18 @@
 """The bench's tool call (`bench_balance`) without the HTTP parser, in one process, through each route:
 
     python -m bench.asgi_mcp [--via mcp,mcp-2025-11-25,graphql] [--calls 2000] [--repeat 3] [--profile VIA]
+    valgrind --tool=callgrind --instr-atstart=no python -m bench.asgi_mcp --callgrind --calls 100
 
 Starts a throwaway cluster and `ledger serve` (only to create the bench's fixtures through the API, as
 `make bench` does), then builds `create_app()` in this process (its lifespan run, the queue worker off) and
 sends the MCP row's requests (bench/workloads.py `tool_call_spec`: a fresh executionId each) N times, one
 after another, on uvloop, through each route in turn. It prints the process's CPU (all threads: the event
-loop's and the request threads') per call in µs, the best of `--repeat` rounds; the sandbox's process is
-not in it (it is the same for every route). `--profile VIA` also prints cProfile's top functions (cumulative, the
-event loop's thread's CPU) over one more round of that route; the profiler's overhead inflates absolute numbers, so compare shares.
+loop's and the request threads') per call in µs, the best of `--repeat` rounds, and the event loop's
+thread's part of it; the sandbox's process is not in it (it is the same for every route). `--profile VIA`
+also prints cProfile's top functions (cumulative, the event loop's thread's CPU) over one more round of
+that route; the profiler's overhead inflates absolute numbers, so compare shares. `--callgrind`, under
+valgrind, counts each route's instructions instead (one dump per route, `totals` / N per call):
+deterministic whatever else the machine runs.
 """
 
 from __future__ import annotations

@@ -4,10 +4,12 @@ One low-level `Server` serves every record: its handlers read the resolved recor
 the request the route handed on (`ctx.request.scope`). One stateless session manager, answering JSON,
 runs in the app's lifespan. The route authenticates the bearer token as `/graphql` does, reads the body
 (at most the limit, before it takes a database connection), opens the request's transaction with the
-client's and the record's rows in its first round trip, answers 401 or 404 itself (the record missing,
-disabled or deleted), and hands the request to the session manager, which owns everything JSON-RPC:
-parsing, the protocol version, body limits and transport security. The handler's first attempt runs in
-that transaction; a request that no handler takes rolls it back. No JSON-RPC is written here.
+client's and the record's rows (and the rows of the actions the record lists) in its first round trip,
+answers 401 or 404 itself (the record missing, disabled or deleted), and hands the request on: a
+2026-07-28 tools/call or tools/list to the SDK's steps called directly (`exchange`), everything else (and
+whatever those steps would refuse) to the session manager, which owns everything JSON-RPC: parsing, the
+protocol version, body limits and transport security. The handler's first attempt runs in that
+transaction; a request that no handler takes rolls it back. No JSON-RPC is written here.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope as AsgiScope, Send
 
-from ...actions.mcp_servers import load_server_by_name, server_by_name_query, server_tools_by_name_query, tool_rows_of_row
+from ...actions.mcp_servers import (load_server_by_name, server_by_name_query, server_tools_by_name_query,
+                                    tool_rows_of_row)
 from ...config import Settings
 from ...errors import LedgerError, PermissionDenied, Retryable, Unauthenticated
 from ...services import Services
