@@ -53,18 +53,18 @@ def desk(examples):
 def answered(monkeypatch):
     """Counts the requests answered directly; `through_the_sdk()` turns the direct answer off."""
     counted = {"direct": 0}
-    original = exchange.SingleExchange.answer
+    original = exchange.SingleExchange.prepare
 
     async def counting(self, *args, **kwargs):
-        done = await original(self, *args, **kwargs)
-        counted["direct"] += bool(done)
-        return done
+        prepared = await original(self, *args, **kwargs)
+        counted["direct"] += prepared is not None
+        return prepared
 
     async def declining(self, *args, **kwargs):
-        return False
+        return None
 
-    monkeypatch.setattr(exchange.SingleExchange, "answer", counting)
-    counted["through_the_sdk"] = lambda: monkeypatch.setattr(exchange.SingleExchange, "answer", declining)
+    monkeypatch.setattr(exchange.SingleExchange, "prepare", counting)
+    counted["through_the_sdk"] = lambda: monkeypatch.setattr(exchange.SingleExchange, "prepare", declining)
     return counted
 
 
@@ -156,3 +156,15 @@ def test_references_the_statement_ahead_cannot_read_resolve_as_before(served, ex
         tools = response.json()["result"]["tools"]
         assert [(t["name"], t["_meta"]["ledger/actionVersion"]) for t in tools] == [
             ("get_account_activity", 1), ("transfer", None)]
+
+
+def test_no_tool_input_schema_is_resolved_so_no_mcp_param_header_is_checked(services):
+    # The direct answer leaves out the SDK's Mcp-Param-* check, which passes every request only while the
+    # server resolves no schema: a schema here would need that check too.
+    from ledger.api.mcp import McpEndpoint
+
+    endpoint = McpEndpoint(services)
+    try:
+        assert endpoint.server.get_tool_input_schema("get_account_activity") is None
+    finally:
+        endpoint.threads.close()

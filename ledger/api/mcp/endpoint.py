@@ -38,7 +38,7 @@ from ..requests import HeldTransaction
 from ..threads import RequestThreads, request_thread_count
 from .calls import Caller, McpCalls
 from .exchange import SingleExchange, is_single_exchange
-from .telemetry import CALLER_KEY, OBSERVED_KEY, Telemetry, observe_refusal
+from .telemetry import CALLER_KEY, OBSERVED_KEY, Telemetry, Unobserved, observe_refusal
 
 log = logging.getLogger("ledger.mcp")
 
@@ -99,9 +99,16 @@ class McpEndpoint:
         started = time.perf_counter()
         name = scope.get("path_params", {}).get("name", "")
         # The body first: a client slow to send it holds no database connection meanwhile.
-        received, over_limit = await _read_body(receive, self.services.settings.max_body_bytes)
+        limit = self.services.settings.max_body_bytes
+        received, over_limit = await _read_body(receive, limit)
         if received[-1]["type"] == "http.disconnect":
             return  # the client left: nobody to answer
+        if not over_limit and self._sessions is not None and is_single_exchange(scope):
+            body = b"".join(m.get("body", b"") for m in received if m["type"] == "http.request")
+            prepared = await self._exchange.prepare(scope, body, limit)
+            if prepared is not None:
+                await self._answer_directly(scope, receive, send, prepared, name, started)
+                return
         try:
             caller = await self._resolve(scope, name)
         except _Refusal as refusal:
@@ -130,10 +137,6 @@ class McpEndpoint:
             # that stays open), so the connection goes back now.
             await self.threads.run(caller.opened.discard)
         scope[CALLER_KEY] = caller
-        if not over_limit and is_single_exchange(scope):
-            body = b"".join(m.get("body", b"") for m in received if m["type"] == "http.request")
-            if await self._exchange.answer(scope, body, send, self.services.settings.max_body_bytes):
-                return
         status = 0
 
         async def watched(message: dict) -> None:
@@ -148,7 +151,53 @@ class McpEndpoint:
             # it was not told, a protocol version it does not speak, a notification): one line still.
             observe_refusal(f"http_{status}", started, server_name=name, status=status, caller=caller)
 
-    async def _resolve(self, scope: AsgiScope, name: str) -> Caller:
+    async def _answer_directly(self, scope: AsgiScope, receive: Receive, send: Send, prepared: Any, name: str,
+                               started: float) -> None:
+        """A 2026-07-28 tools/call or tools/list that the SDK's checks let through (`exchange`): the token,
+        then one step on a request thread that opens the transaction (answering 401 or 404 as the route
+        does), validates the params and makes the call."""
+        try:
+            claims, deadline = self._claims(scope)
+        except _Refusal as refusal:
+            observe_refusal(refusal.outcome, started, server_name=name, status=refusal.status)
+            await _refusal_response(refusal)(scope, receive, send)
+            return
+
+        async def handler(prepared: Any) -> Any:
+            return await self.threads.run(self._open_and_handle, claims, name, deadline, prepared)
+
+        try:
+            await self._exchange.answer(prepared, send, handler)
+        except _Refusal as refusal:
+            observe_refusal(refusal.outcome, started, server_name=name, status=refusal.status)
+            await _refusal_response(refusal)(scope, receive, send)
+        finally:
+            caller = scope.get(CALLER_KEY)
+            if caller is not None and caller.opened.held:
+                # The step was cancelled between opening the transaction and its call: roll it back.
+                with anyio.CancelScope(shield=True):
+                    await self.threads.run(caller.opened.discard)
+
+    def _open_and_handle(self, claims: Any, name: str, deadline: float, prepared: Any) -> Any:
+        """On a request thread: the transaction opened as `_resolve` opens it, then the handler's work."""
+        scope = prepared.scope
+        try:
+            caller = self._open(claims, name, deadline)
+        except _Refusal:
+            raise
+        except LedgerError as exc:
+            raise _refusal_of(exc) from None
+        scope[CALLER_KEY] = caller
+        try:
+            params = self._exchange.validated(prepared)
+            if prepared.envelope.method == "tools/call":
+                return self.calls.call_tool(caller, params)
+            return self.calls.list_tools(caller)
+        finally:
+            caller.opened.discard()  # unless the call took it (a refusal before it ran, invalid params)
+
+    def _claims(self, scope: AsgiScope) -> tuple[Any, float]:
+        """The bearer token's verified claims and the request's deadline; a `_Refusal` (401) without one."""
         # The last Authorization header counts (as a dict of the headers would keep it); only it is decoded.
         authorization = b""
         for key, value in scope["headers"]:
@@ -162,17 +211,16 @@ class McpEndpoint:
             claims = self.services.tokens.verify(token.strip())
         except Unauthenticated as exc:
             raise _Refusal(401, exc.code, exc.message, exc.hint) from None
-        deadline = time.monotonic() + self.services.settings.request_timeout
+        return claims, time.monotonic() + self.services.settings.request_timeout
+
+    async def _resolve(self, scope: AsgiScope, name: str) -> Caller:
+        claims, deadline = self._claims(scope)
         try:
             return await self.threads.run(self._open, claims, name, deadline)
-        except Unauthenticated as exc:
-            raise _Refusal(401, exc.code, exc.message, exc.hint) from None
-        except PermissionDenied as exc:
-            raise _Refusal(403, exc.code, exc.message, exc.hint) from None
-        except Retryable as exc:
-            raise _Refusal(503, exc.code, exc.message, exc.hint) from None
+        except _Refusal:
+            raise
         except LedgerError as exc:
-            raise _Refusal(400, exc.code, exc.message, exc.hint) from None
+            raise _refusal_of(exc) from None
 
     def _open(self, claims: Any, name: str, deadline: float) -> Caller:
         """The caller and the record, read in the request's transaction (BEGIN, the client's row, the
@@ -242,8 +290,9 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
     return replayed
 
 
-class _Refusal(Exception):
-    """A request answered by the route itself, before the SDK sees it."""
+class _Refusal(Unobserved):
+    """A request answered by the route itself, before the SDK sees it (or, answered directly, raised through
+    the SDK's middleware by the handler's step, which the middleware leaves to the route)."""
 
     def __init__(self, status: int, code: str, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -252,6 +301,17 @@ class _Refusal(Exception):
     @property
     def outcome(self) -> str:
         return self.code
+
+
+def _refusal_of(exc: LedgerError) -> _Refusal:
+    """The route's answer to a failure opening the request's transaction."""
+    if isinstance(exc, Unauthenticated):
+        return _Refusal(401, exc.code, exc.message, exc.hint)
+    if isinstance(exc, PermissionDenied):
+        return _Refusal(403, exc.code, exc.message, exc.hint)
+    if isinstance(exc, Retryable):
+        return _Refusal(503, exc.code, exc.message, exc.hint)
+    return _Refusal(400, exc.code, exc.message, exc.hint)
 
 
 def _refusal_response(refusal: _Refusal) -> Response:

@@ -7,21 +7,26 @@ its steps in a session manager, a starlette Request and Response, a per-request 
 these two methods on this server (JSON responses, no notifications, no server-to-client requests, handlers
 that read only the ASGI scope). Here the SDK's own steps run in its order, on its functions: the transport
 security check, the Accept check, the JSON-RPC envelope's validation, the routing-header ladder
-(`classify_inbound_request`), the method's params validation for the envelope's version, the registered
-handler through the server's middleware (the ledger's Telemetry), the result's shaping for that version
+(`classify_inbound_request`), the method's params validation for the envelope's version, the handler's
+step through the server's middleware (the ledger's Telemetry), the result's shaping for that version
 (`ServerRunner._serialize`: the per-version sieve and the serverInfo stamp) and the error mapping
 (`modern_error_data`, `ERROR_CODE_HTTP_STATUS`).
 
 A request that any check before the handler would refuse, or any other method or shape, is not answered
-here: `answer` returns False having sent nothing, and the route hands the request, body replayed, to the
-SDK's transport, which refuses it in its own words (so every refusal is the SDK's, byte for byte).
-`Mcp-Param-*` headers are not checked: the ledger's `get_tool_input_schema` resolves no schema, so the
-SDK's check passes every request (`tests/test_mcp_endpoint.py` pins it).
+here: `prepare` returns None having sent nothing, and the route hands the request, body replayed, to the
+SDK's transport, which refuses it in its own words (so every refusal is the SDK's, byte for byte). For
+one that passes, the route's handler step opens the request's transaction, validates the params and
+makes the call on one request thread (the transport's way takes two trips to one: the route's opening,
+then the handler's).
+
+`Mcp-Param-*` headers are not checked: the ledger's `get_tool_input_schema` resolves no schema
+(ledger/api/mcp/endpoint.py), so the SDK's check (`_mcp_param_rejection`) passes every request.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -37,6 +42,8 @@ from mcp_types import methods as _methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import Scope as AsgiScope, Send
+
+from .telemetry import Unobserved
 
 # The methods answered here; every other one goes to the SDK's transport.
 METHODS = frozenset({"tools/call", "tools/list"})
@@ -73,6 +80,21 @@ class _Context:
         self.protocol_version = version
 
 
+class Prepared:
+    """A request the SDK's checks before a handler let through: its envelope, the version it speaks and
+    the handler registered for its method."""
+
+    __slots__ = ("scope", "envelope", "version", "entry")
+
+    def __init__(self, scope: AsgiScope, envelope: JSONRPCRequest, version: str, entry: Any) -> None:
+        self.scope, self.envelope, self.version, self.entry = scope, envelope, version, entry
+
+
+# Runs the handler's step for a prepared request (the transaction, the params' validation, the call) and
+# returns the handler's result.
+Handler = Callable[[Prepared], Awaitable[Any]]
+
+
 class SingleExchange:
     def __init__(self, server: Server[Any], security: TransportSecurityMiddleware) -> None:
         self.server = server
@@ -80,48 +102,59 @@ class SingleExchange:
         # Only `_serialize` of it is used: it reads the server's cache hints and serverInfo, nothing else.
         self._shaper = ServerRunner(server, None, None)  # type: ignore[arg-type]
 
-    async def answer(self, scope: AsgiScope, body: bytes, send: Send, limit: int) -> bool:
-        """Answer the request and return True, or return False having sent nothing. `body` is the whole
-        body, at most `limit` bytes."""
+    async def prepare(self, scope: AsgiScope, body: bytes, limit: int) -> Prepared | None:
+        """The request, when the SDK's checks before a handler pass and it is one answered here; None
+        otherwise (nothing is sent). `body` is the whole body, at most `limit` bytes."""
         request = Request(scope)
         declared = request.headers.get("content-length")
         if declared is not None and declared.strip().isdigit() and int(declared) > limit:
-            return False  # the SDK answers 413 to the declared length (`RequestBodyLimitMiddleware`)
+            return None  # the SDK answers 413 to the declared length (`RequestBodyLimitMiddleware`)
         if await self.security.validate_request(request, is_post=True) is not None:
-            return False
+            return None
         has_json, _ = check_accept_headers(request)
         if not has_json:
-            return False
+            return None
         try:
             decoded = json.loads(body)
         except (ValueError, RecursionError):
-            return False
+            return None
         if not isinstance(decoded, dict) or "id" not in decoded or decoded.get("method") not in METHODS:
-            return False
+            return None
         try:
             envelope = JSONRPCRequest.model_validate(decoded)
         except ValueError:
-            return False
+            return None
         headers = request.headers
         if find_duplicated_routing_header(headers.items()) is not None:
-            return False
+            return None
         verdict = classify_inbound_request(decoded, headers=dict(headers))
         if isinstance(verdict, InboundLadderRejection):
-            return False
+            return None
         entry = self.server.get_request_handler(envelope.method)
         if entry is None:
-            return False
-        version = verdict.protocol_version
-        ctx = _Context(envelope.method, envelope.params, envelope.id, scope, version)
+            return None
+        return Prepared(scope, envelope, verdict.protocol_version, entry)
+
+    @staticmethod
+    def validated(prepared: Prepared) -> Any:
+        """The request's params as its handler takes them, validated as the SDK's kernel does
+        (`ServerRunner._on_request`): for the envelope's version, then as the method's params type. Runs
+        in the handler's step (after the transaction is opened, as when the SDK's transport calls it)."""
+        method, params = prepared.envelope.method, prepared.envelope.params
+        _methods.validate_client_request(method, prepared.version, params)
+        return prepared.entry.params_type.model_validate({} if params is None else params, by_name=False)
+
+    async def answer(self, prepared: Prepared, send: Send, handler: Handler) -> None:
+        """Run `handler` through the server's middleware, shape its result for the wire and send it, or
+        the JSON-RPC error it raised. An `Unobserved` refusal passes through, with nothing sent."""
+        envelope, version = prepared.envelope, prepared.version
+        ctx = _Context(envelope.method, envelope.params, envelope.id, prepared.scope, version)
 
         async def handle(ctx: _Context) -> dict[str, Any]:
-            # As the SDK's kernel (`ServerRunner._on_request`): the params validated for the version, the
-            # handler, the result shaped for the wire inside the middleware chain.
-            _methods.validate_client_request(ctx.method, version, ctx.params)
-            params = entry.params_type.model_validate({} if ctx.params is None else ctx.params, by_name=False)
-            result = await entry.handler(ctx, params)
+            result = await handler(prepared)
             if isinstance(result, ErrorData):
                 raise MCPError.from_error_data(result)
+            # Shaped for the wire inside the middleware chain, as the SDK's kernel does.
             return self._shaper._serialize(ctx.method, version, result)
 
         call: Any = handle
@@ -129,12 +162,13 @@ class SingleExchange:
             call = partial(_apply_middleware, middleware, call)
         try:
             result = _dump_result(await call(ctx))
+        except Unobserved:
+            raise
         except Exception as exc:  # noqa: BLE001 - the SDK's exception-to-wire mapping, as its entry does
             error = JSONRPCError(jsonrpc="2.0", id=envelope.id, error=modern_error_data(exc))
             await _send(ERROR_CODE_HTTP_STATUS.get(error.error.code, 200), _dumped(error), send)
-            return True
+            return
         await _send(200, _response_body(envelope.id, result), send)
-        return True
 
 
 def _dumped(message: JSONRPCResponse | JSONRPCError) -> bytes:

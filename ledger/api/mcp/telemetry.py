@@ -39,6 +39,12 @@ RESULT_BYTES = Histogram("ledger_mcp_result_bytes", "Size of an MCP result's JSO
                                               4 << 20, 16 << 20))
 
 
+class Unobserved(Exception):
+    """Raised through the middleware by a request the route answers itself (a refusal met while the
+    request's transaction was opened in the handler's step): the route measures and logs it, not the
+    middleware."""
+
+
 def _method_label(method: str, is_notification: bool) -> str:
     if is_notification:
         return "notification"
@@ -52,13 +58,15 @@ class Telemetry:
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         scope = ctx.request.scope if ctx.request is not None else {}
-        caller = scope.get(CALLER_KEY)
         scope[OBSERVED_KEY] = True
         method = _method_label(ctx.method, ctx.request_id is None)
         started = time.perf_counter()
         outcome, result, code = "ok", None, None
         try:
             result = await call_next(ctx)
+        except Unobserved:
+            outcome = None
+            raise
         except MCPError as exc:
             outcome, code = "jsonrpc_error", exc.code
             raise
@@ -70,6 +78,7 @@ class Telemetry:
             raise
         else:
             if isinstance(result, dict):
+                caller = scope.get(CALLER_KEY)
                 if ctx.method in ("initialize", "server/discover") and caller is not None \
                         and caller.server.instructions:
                     result["instructions"] = caller.server.instructions
@@ -78,13 +87,15 @@ class Telemetry:
                     outcome = "tool_error"
             return result
         finally:
-            seconds = time.perf_counter() - started
-            size = json_size(result) if isinstance(result, dict) else None
-            REQUESTS.labels(method, outcome).inc()
-            REQUEST_SECONDS.labels(method).observe(seconds)
-            if size is not None:
-                RESULT_BYTES.labels(method).observe(size)
-            _log_line(ctx, caller, method, outcome, seconds, size, code, result)
+            if outcome is not None:
+                seconds = time.perf_counter() - started
+                size = json_size(result) if isinstance(result, dict) else None
+                REQUESTS.labels(method, outcome).inc()
+                REQUEST_SECONDS.labels(method).observe(seconds)
+                if size is not None:
+                    RESULT_BYTES.labels(method).observe(size)
+                # The caller as the handler's step resolved it (the route's, or the one the step opened).
+                _log_line(ctx, scope.get(CALLER_KEY), method, outcome, seconds, size, code, result)
 
 
 def _restore_nulls(method: str, result: dict) -> None:
