@@ -7,6 +7,7 @@ see the same records.
 
 from __future__ import annotations
 
+import enum
 import json
 import uuid
 from typing import Optional
@@ -248,3 +249,79 @@ def test_scalar_fields_that_are_null_or_fail_to_serialize_answer_as_graphql_core
         full = execute(schema, document, is_awaitable=optimized_is_awaitable)
         assert data == full.data, text
         assert [e.formatted for e in errors or []] == [e.formatted for e in full.errors or []], text
+
+
+def test_nullable_variables_omitted_null_or_given_answer_the_same(api, planned):
+    """A nullable variable left out leaves its argument's default in force; one sent as null passes null."""
+    create_account(api, "a")
+    listing = "query($first: Int, $after: String) { financial { accounts(first: $first, after: $after) { name } } }"
+    for variables in ({}, {"first": None}, {"first": 1}, {"first": 1, "after": None}, {"first": "one"}):
+        both_ways(api, planned, listing, variables, expect_plan="first" not in variables or variables["first"] != "one")
+
+
+@strawberry.enum
+class Shade(enum.Enum):
+    LIGHT = "LIGHT"
+    DARK = "DARK"
+
+
+@strawberry.type
+class VariablesQuery:
+    @strawberry.field
+    def echo(self, n: Optional[int] = 3, shade: Optional[Shade] = None, word: str = "w") -> str:
+        return f"{n} {shade} {word}"
+
+    @strawberry.field
+    def strict(self, n: int) -> int:
+        return n
+
+
+def _comparable(variables) -> tuple:
+    # A signature's wrapping type (NonNull) is a new object each time graphql-core builds one: compare its name.
+    return ({name: (str(source.signature.type), source.signature.default, source.value)
+             for name, source in variables.sources.items()}, variables.coerced)
+
+
+def test_scalar_variables_are_coerced_as_graphql_core_coerces_them():
+    """The plan coerces variables of scalar and enum types itself (api/plans.py `_variables`), and reads
+    arguments given as variables from them (`_arguments`): the same values and sources as graphql-core's
+    `get_variable_values` and `get_argument_values`, or None, and then those functions answer (errors)."""
+    from graphql.execution.values import get_argument_values, get_variable_values
+
+    schema = strawberry.Schema(query=VariablesQuery)._schema
+    text = "query($n: Int, $s: Shade, $w: String!) { echo(n: $n, shade: $s, word: $w) }"
+    plan = plans.plan(schema, parse(text), None)
+    assert plan is not None and plan.variables is not None
+    field = plan.fields[0]
+    cases = [{"w": "x"}, {"w": "x", "n": None}, {"w": "x", "n": 5, "s": "DARK"}, {"w": "x", "s": None},
+             {"w": None}, {}, {"w": 5}, {"w": "x", "n": "5"}, {"w": "x", "n": 1 << 40}, {"w": "x", "s": "GREY"},
+             {"w": "x", "n": True}, {"w": "x", "extra": [1]}]
+    taken = 0
+    for raw in cases:
+        full = get_variable_values(schema, plan.operation.variable_definitions, raw, max_errors=50)
+        fast = plans._variables(plan, raw)
+        if fast is None:
+            continue
+        taken += 1
+        assert not isinstance(full, list), raw
+        assert _comparable(fast) == _comparable(full), raw
+        arguments = plans._arguments(field, fast)
+        expected = get_argument_values(field.definition, field.node, full)
+        assert arguments is None or arguments == expected, raw
+        data, errors = plans.run(schema, plan, None, raw, optimized_is_awaitable)
+        answer = execute(schema, parse(text), variable_values=raw, is_awaitable=optimized_is_awaitable)
+        assert (data, [e.formatted for e in errors or []]) == (answer.data, [e.formatted for e in answer.errors or []])
+    assert taken == 5
+    for raw in cases:  # whichever way, the answer is graphql-core's
+        planned_answer = plans.run(schema, plan, None, raw, optimized_is_awaitable)
+        answer = execute(schema, parse(text), variable_values=raw, is_awaitable=optimized_is_awaitable)
+        if planned_answer is not None:
+            assert planned_answer[0] == answer.data, raw
+        else:
+            assert answer.errors, raw
+    # A variable with a default, or of an input type, leaves the coercion to graphql-core.
+    assert plans.plan(schema, parse("query($n: Int = 4) { echo(n: $n) }"), None).variables is None
+    # An argument given as a literal, or left to its default, is read by get_argument_values.
+    assert plans.plan(schema, parse('query { echo(word: "x") }'), None).fields[0].arguments is None
+    assert plans.plan(schema, parse("query($w: String!) { echo(word: $w) }"), None).fields[0].arguments is None
+    assert plans.plan(schema, parse("query($n: Int!) { strict(n: $n) }"), None).fields[0].arguments is not None

@@ -84,3 +84,24 @@ def test_child_and_trigger_ids_are_hmac_sha256_of_their_inputs_under_the_key(ser
     raw = bytes(range(16))
     assert uuid_v8(raw).version == 8 and uuid_v8(raw).variant == uuid.RFC_4122
     assert uuid_v8(raw).int & ~((0xF << 76) | (0x3 << 62)) == int.from_bytes(raw, "big") & ~((0xF << 76) | (0x3 << 62))
+
+
+def test_a_child_id_is_the_uuid_the_standard_library_makes_of_the_same_bits():
+    """uuid_v8 builds its UUID without UUID.__init__'s checks: the same value, text, hash and comparisons."""
+    import hashlib
+    import hmac
+
+    from ledger.executions.ids import ExecutionIds, uuid_v8
+
+    for raw in (bytes(16), bytes(range(16)), b"\xff" * 16, hashlib.sha256(b"x").digest()):
+        value = int.from_bytes(raw[:16], "big") & ~((0xF << 76) | (0x3 << 62)) | (0x8 << 76) | (0x2 << 62)
+        made, standard = uuid_v8(raw), uuid.UUID(int=value)
+        assert (made, str(made), hash(made), made.bytes, made.is_safe) == (
+            standard, str(standard), hash(standard), standard.bytes, standard.is_safe)
+        assert type(made) is uuid.UUID and not made < standard and not made > standard
+    # The key's padded blocks absorbed once give HMAC-SHA256 itself, for a key longer than a block too.
+    for key in (b"k", bytes(64), b"long key " * 10):
+        ids = ExecutionIds(key)
+        parent = uuid.uuid4()
+        message = parent.bytes + (2).to_bytes(8, "big") + (9).to_bytes(8, "big")
+        assert ids.child(parent, 2, 9) == uuid_v8(hmac.new(key, message, hashlib.sha256).digest())

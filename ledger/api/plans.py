@@ -24,12 +24,13 @@ from typing import Any
 
 from graphql import (
     FieldNode, GraphQLError, GraphQLList, GraphQLNonNull, GraphQLObjectType, GraphQLResolveInfo, GraphQLScalarType,
-    GraphQLSchema,
+    GraphQLSchema, VariableNode,
     OperationDefinitionNode, OperationType, get_operation_ast, is_abstract_type, is_leaf_type, is_list_type,
     is_non_null_type, is_object_type, located_error,
 )
 from graphql.execution.executor import invalid_return_type_error
-from graphql.execution.values import get_argument_values, get_variable_values
+from graphql.execution.get_variable_signature import get_variable_signature
+from graphql.execution.values import VariableValues, VariableValueSource, get_argument_values, get_variable_values
 from graphql.pyutils import Path, Undefined, inspect, is_iterable
 from strawberry.relay.types import GlobalID
 from strawberry.types import Info
@@ -54,6 +55,10 @@ class _Field:
     # (non-null or not): that type. Such a field is answered without an info or a path when its value
     # completes plainly (`_Run.field`); anything else (an error, a null) takes the general path.
     leaf: Any = None
+    # For a field each of whose arguments is given as a variable: ((argument's out name, variable's name,
+    # whether the argument is non-null), ...), read from the coerced variables as `get_argument_values`
+    # would (`_arguments`); None: `get_argument_values` itself.
+    arguments: tuple[tuple[str, str, bool], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,10 @@ class Plan:
     root_type: GraphQLObjectType
     fields: tuple[_Field, ...]
     serially: bool
+    # When every variable is of a scalar or enum type without a default: ((name, its signature, its leaf
+    # type, whether it is non-null), ...), coerced by `_variables` as graphql-core's `get_variable_values`
+    # coerces them; None: that function itself.
+    variables: tuple[tuple[str, Any, Any, bool], ...] | None = None
 
 
 _NO_ARGUMENTS: dict = {}
@@ -108,8 +117,41 @@ def _selection(schema: GraphQLSchema, parent: GraphQLObjectType, selection_set: 
         leaf = leaf_type if (strawberry_field.base_resolver is None and not takes_arguments
                              and is_leaf_type(leaf_type)) else None
         fields.append(_Field(key, node, [node], name, definition, takes_arguments, sub,
-                             _direct(definition, strawberry_field) or _wrapped(definition), leaf))
+                             _direct(definition, strawberry_field) or _wrapped(definition), leaf,
+                             _variable_arguments(definition, node) if takes_arguments else None))
     return tuple(fields)
+
+
+def _variable_arguments(definition: Any, node: FieldNode) -> tuple[tuple[str, str, bool], ...] | None:
+    """How `_arguments` reads the field's arguments, when each one the field defines is given as a variable
+    and none is given that it does not define; None otherwise (defaults, literals: `get_argument_values`)."""
+    given = {argument.name.value: argument.value for argument in node.arguments or ()}
+    if set(given) - set(definition.args):
+        return None
+    arguments = []
+    for name, argument in definition.args.items():
+        value = given.get(name)
+        if not isinstance(value, VariableNode):
+            return None
+        arguments.append((getattr(argument, "out_name", None) or name, value.name.value,
+                          is_non_null_type(argument.type)))
+    return tuple(arguments)
+
+
+def _plain_variables(schema: GraphQLSchema, operation: OperationDefinitionNode) -> tuple | None:
+    """The operation's variables as `_variables` coerces them, when each is of a scalar or enum type (non-null
+    or not) without a default value; None otherwise."""
+    variables = []
+    for node in operation.variable_definitions or ():
+        signature = get_variable_signature(schema, node)
+        if isinstance(signature, GraphQLError) or node.default_value is not None:
+            return None
+        non_null = is_non_null_type(signature.type)
+        leaf = signature.type.of_type if non_null else signature.type
+        if not is_leaf_type(leaf):
+            return None
+        variables.append((signature.name, signature, leaf, non_null))
+    return tuple(variables)
 
 
 def _wrapped(definition: Any) -> Any:
@@ -170,7 +212,48 @@ def plan(schema: GraphQLSchema, document: Any, operation_name: str | None) -> Pl
         fields = _selection(schema, root_type, operation.selection_set)
     except _Unplannable:
         return None
-    return Plan(operation, root_type, fields, operation.operation == OperationType.MUTATION)
+    return Plan(operation, root_type, fields, operation.operation == OperationType.MUTATION,
+                _plain_variables(schema, operation))
+
+
+def _variables(plan_: Plan, raw: dict) -> VariableValues | None:
+    """What `get_variable_values` answers for variables of scalar and enum types without defaults, when they
+    coerce: each given one coerced by its type (a nullable one may be null), an omitted nullable one left
+    out. None when one does not coerce, or a non-null one is null or missing: `get_variable_values` then
+    answers (its errors)."""
+    sources: dict[str, Any] = {}
+    coerced: dict[str, Any] = {}
+    for name, signature, leaf, non_null in plan_.variables:
+        value = raw.get(name, Undefined)
+        if value is None or value is Undefined:
+            if non_null:
+                return None
+            sources[name] = VariableValueSource(signature, value) if value is None else VariableValueSource(signature)
+            if value is None:
+                coerced[name] = None
+            continue
+        try:
+            result = leaf.coerce_input_value(value)
+        except Exception:  # graphql-core's coerce_input_value answers Undefined then
+            return None
+        if result is Undefined:
+            return None
+        sources[name] = VariableValueSource(signature, value)
+        coerced[name] = result
+    return VariableValues(sources, coerced)
+
+
+def _arguments(field: _Field, variables: VariableValues) -> dict | None:
+    """`get_argument_values` of a field whose arguments are all variables (`_Field.arguments`), when each has
+    a value it may take (None: that function answers, its errors included)."""
+    coerced = variables.coerced
+    args = {}
+    for out_name, variable, non_null in field.arguments:
+        value = coerced.get(variable, Undefined)
+        if value is Undefined or (value is None and non_null):
+            return None
+        args[out_name] = value
+    return args
 
 
 class _Run:
@@ -214,7 +297,11 @@ class _Run:
         info = GraphQLResolveInfo(field.name, field.nodes, return_type, parent, path, self.schema, {}, None,
                                   self.plan.operation, self.variables, self.context, self.is_awaitable, None, None)
         try:
-            args = get_argument_values(definition, field.node, self.variables) if field.takes_arguments else {}
+            args = _NO_ARGUMENTS
+            if field.takes_arguments:
+                args = None if field.arguments is None else _arguments(field, self.variables)
+                if args is None:
+                    args = get_argument_values(definition, field.node, self.variables)
             result = field.resolve(source, info, args)
             return self.complete(return_type, field, info, path, result)
         except Exception as raw_error:
@@ -267,10 +354,13 @@ def run(schema: GraphQLSchema, plan_: Plan, context: Any, raw_variables: dict | 
         is_awaitable: Any) -> tuple[Any, list[GraphQLError] | None] | None:
     """`(data, errors)` of the planned operation, or None when its variables do not coerce (then nothing
     ran, and the full execution reports them)."""
-    variables = get_variable_values(schema, plan_.operation.variable_definitions or (), raw_variables or {},
-                                    max_errors=50)
-    if isinstance(variables, list):
-        return None
+    raw = raw_variables or {}
+    variables = _variables(plan_, raw) if plan_.variables is not None and type(raw) is dict else None
+    if variables is None:
+        variables = get_variable_values(schema, plan_.operation.variable_definitions or (), raw_variables or {},
+                                        max_errors=50)
+        if isinstance(variables, list):
+            return None
     execution = _Run(schema, plan_, context, variables, is_awaitable)
     try:
         # Root fields run in document order either way: resolvers here are synchronous, so "serially"

@@ -6,7 +6,6 @@ runs its child with the engine's `run_call`, which the engine hands the host whe
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from dataclasses import replace
@@ -97,16 +96,20 @@ class ToolHost:
         child = self._native_child("graphql", input, sequence, child_id)
         graphql_scope = self._graphql_scope()
         errors = None
-        # With check=True a failure fails the calling tool (a program cannot catch it), whose own savepoint
-        # then rolls back everything this call did: a savepoint of its own (two round trips) is needed
-        # only when the program goes on after a failure (check=False).
-        savepoint = self.scope.savepoint() if not check else contextlib.nullcontext()
         try:
             try:
-                with savepoint:
+                # With check=True a failure fails the calling tool (a program cannot catch it), whose own
+                # savepoint then rolls back everything this call did: a savepoint of its own (two round
+                # trips) is needed only when the program goes on after a failure (check=False).
+                if check:
                     data, errors = execute_graphql(graphql_scope, document, variables, operation_name)
                     if errors:
                         raise CallFailed(*graphql_failure(errors))
+                else:
+                    with self.scope.savepoint():
+                        data, errors = execute_graphql(graphql_scope, document, variables, operation_name)
+                        if errors:
+                            raise CallFailed(*graphql_failure(errors))
             except Retryable:
                 if time.monotonic() < self.deadline - 0.1:
                     raise  # a lost race or the request's own deadline: the whole request retries

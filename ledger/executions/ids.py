@@ -9,8 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import struct
 import uuid
 from dataclasses import dataclass, field
+
+try:  # CPython's own SHA-256: a copy of its state is a memcpy, where OpenSSL 3's copies a provider context
+    from _sha256 import sha256 as _sha256  # type: ignore[import-not-found]
+except ImportError:  # another build (or Python 3.12+, where it is _sha2): OpenSSL's, the same digest
+    try:
+        from _sha2 import sha256 as _sha256  # type: ignore[import-not-found,no-redef]
+    except ImportError:
+        _sha256 = hashlib.sha256
 
 # The key is derived from the shared signing secret under this label, so that the JWT key itself never
 # serves two purposes (every process against one database derives the same key).
@@ -20,12 +29,24 @@ CHILD_IDS_LABEL = b"ledger child execution ids"
 @dataclass(frozen=True)
 class ExecutionIds:
     key: bytes = field(repr=False)
-    # HMAC-SHA256 under `key` with the key already absorbed: `.copy()` of it and an update give the same
-    # digest as `hmac.new(key, message, sha256)` (a tree of 1,000 reads derives 1,000 ids), at ~1/3 of the CPU.
-    _keyed: "hmac.HMAC" = field(init=False, repr=False, compare=False)
+    # HMAC-SHA256 (RFC 2104) under `key` with the key's two padded blocks already absorbed: a copy of each
+    # and two updates give the same digest as `hmac.new(key, message, sha256)` (a tree of 1,000 reads
+    # derives 1,000 ids) at ~1/4 of its instructions, and ~1/2 of those of a copied `hmac.HMAC`.
+    _inner: object = field(init=False, repr=False, compare=False)
+    _outer: object = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_keyed", hmac.new(self.key, digestmod=hashlib.sha256))
+        key = self.key if len(self.key) <= _BLOCK else hashlib.sha256(self.key).digest()
+        key = key.ljust(_BLOCK, b"\0")
+        object.__setattr__(self, "_inner", _sha256(bytes(b ^ 0x36 for b in key)))
+        object.__setattr__(self, "_outer", _sha256(bytes(b ^ 0x5C for b in key)))
+
+    def _mac(self, message: bytes) -> bytes:
+        inner = self._inner.copy()
+        inner.update(message)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
 
     @classmethod
     def from_secret(cls, secret: str) -> "ExecutionIds":
@@ -33,23 +54,28 @@ class ExecutionIds:
 
     def child(self, parent: uuid.UUID, attempt: int, sequence: int) -> uuid.UUID:
         """The id of call number `sequence` made by attempt `attempt` of `parent`."""
-        mac = self._keyed.copy()
-        mac.update(parent.bytes + attempt.to_bytes(8, "big") + sequence.to_bytes(8, "big"))
-        return uuid_v8(mac.digest()[:16])
+        return uuid_v8(self._mac(parent.bytes + _TWO_COUNTS.pack(attempt, sequence)))
 
     def triggered(self, trigger: uuid.UUID, cause: uuid.UUID, sequence: int) -> uuid.UUID:
         """The id of the run that `trigger` fired as the `sequence`th run of the writing transaction
         `cause` (a nonce of that transaction): no client can know it before the write commits."""
-        mac = self._keyed.copy()
-        mac.update(b"trigger" + trigger.bytes + cause.bytes + sequence.to_bytes(8, "big"))
-        return uuid_v8(mac.digest()[:16])
+        return uuid_v8(self._mac(b"trigger" + trigger.bytes + cause.bytes + sequence.to_bytes(8, "big")))
 
 
 def uuid_v8(raw: bytes) -> uuid.UUID:
-    """16 bytes as an RFC 9562 version 8 (custom) UUID: 122 bits of `raw`, the version and the variant."""
-    value = int.from_bytes(raw, "big") & _KEEP | _VERSION_AND_VARIANT
-    return uuid.UUID(int=value)
+    """The first 16 bytes of `raw` as an RFC 9562 version 8 (custom) UUID: 122 of their bits, the version and
+    the variant."""
+    value = int.from_bytes(raw[:16], "big") & _KEEP | _VERSION_AND_VARIANT
+    # What uuid.UUID(int=value) makes, without its argument checks (the value is 128 bits by construction).
+    made = _new_uuid(uuid.UUID)
+    _set(made, "int", value)
+    _set(made, "is_safe", uuid.SafeUUID.unknown)
+    return made
 
 
-_KEEP = ~((0xF << 76) | (0x3 << 62))
+_TWO_COUNTS = struct.Struct(">QQ")  # two 8-byte big-endian unsigned counts, as int.to_bytes(8, "big") makes them
+_BLOCK = 64  # SHA-256's block size, which HMAC pads its key to
+_KEEP = ~((0xF << 76) | (0x3 << 62)) & ((1 << 128) - 1)
 _VERSION_AND_VARIANT = (0x8 << 76) | (0x2 << 62)  # version 8; variant 10 (RFC 4122 / 9562)
+_new_uuid = object.__new__
+_set = object.__setattr__
