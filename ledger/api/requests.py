@@ -17,10 +17,10 @@ from typing import Any
 
 import psycopg
 
-from ..auth.clients import client_layer, load_principal, principal_query
+from ..auth.clients import client_layer, load_principal, opening_query
 from ..policy.chain import Chain, Layer
 from ..policy.principal import Principal
-from ..queue.triggers import TRIGGERS_VERSION_COLUMN, remember_version
+from ..queue.triggers import remember_version
 from ..scope import Scope
 from ..services import Services
 
@@ -57,9 +57,10 @@ def request_transaction(services: Services, claims: Any, deadline: float, *, rol
                         also: Sequence[tuple[str, object]] = ()) -> Iterator[RequestTransaction]:
     """The request's transaction for the token's `claims`: `Unauthenticated` (rolling back) when its client
     does not exist or is disabled. `also`: statements sent in the same round trip, after the client's."""
-    client = principal_query(claims.tenant_id, claims.client_id, also=TRIGGERS_VERSION_COLUMN)
-    with services.db.transaction(claims.tenant_id, deadline=deadline, rollback=rollback,
-                                 first=[client, *also]) as conn:
+    # The client's row and the tenant's trigger version, read by the statement that sets the tenant.
+    client = opening_query(claims.client_id)
+    with services.db.transaction(claims.tenant_id, deadline=deadline, rollback=rollback, opener=client,
+                                 first=also) as conn:
         client_row, *rows = conn.ledger_first
         principal, policies = load_principal(conn, claims.tenant_id, claims.client_id, claims.raw, row=client_row)
         yield RequestTransaction(conn, services, principal, policies, deadline, client_row["triggers_version"],

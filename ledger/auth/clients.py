@@ -59,6 +59,14 @@ def principal_query(tenant_id: uuid.UUID, client_id: uuid.UUID, *, also: str | N
     return _PRINCIPAL.replace(" FROM clients", f", {also} FROM clients", 1), (tenant_id, client_id)
 
 
+def opening_query(client_id: uuid.UUID) -> tuple[str, tuple]:
+    """`principal_query` with the tenant's trigger version, as the statement that opens a request
+    (Database.transaction's `opener`, which adds the tenant and the timeout as its parameters):
+    `ledger_open_request` (migration 0014) sets the tenant and the statement_timeout, then reads the
+    client under the tenant's RLS."""
+    return ("SELECT name, enabled, policies, triggers_version FROM ledger_open_request(%s, %s, %s)", (client_id,))
+
+
 def load_principal(conn: psycopg.Connection, tenant_id: uuid.UUID, client_id: uuid.UUID,
                    claims: dict[str, Any], row: Any = _UNREAD) -> tuple[Principal, list[dict]]:
     """The enabled client a token names, read fresh for every request (no cache on direct requests).

@@ -341,15 +341,23 @@ class Database:
         deadline: float | None = None,
         rollback: bool = False,
         first: Sequence[tuple[str, object]] = (),
+        opener: tuple[str, tuple] | None = None,
     ) -> Iterator[psycopg.Connection]:
         """One transaction, scoped to a tenant by RLS, bounded by an absolute monotonic deadline.
 
         BEGIN, the tenant's set_config and `first` (the (sql, params) statements the caller runs first,
         such as reading its client) go to the server together in one round trip (a pipeline); the first
         row each of them returns (or None) is in `conn.ledger_first`, in order.
+
+        `opener`: a statement that sets the tenant and the statement_timeout itself, given `tenant_id` as
+        its first parameter and the timeout in ms as its last (both added here), sent instead of the
+        set_config, before `first`: one statement less in the pipeline (~50 µs of client CPU). Its first
+        row comes first in `conn.ledger_first`.
         """
         timeout_ms = max(1, int(_remaining(deadline, cap=300.0) * 1000))
-        conn, block = self._begin(tenant_id, deadline, timeout_ms, rollback, first)
+        if opener is not None:
+            first = [(opener[0], (tenant_id, *opener[1], str(timeout_ms))), *first]
+        conn, block = self._begin(tenant_id, deadline, timeout_ms, rollback, first, sets_tenant=opener is not None)
         try:
             with translate_db_errors():
                 try:
@@ -364,7 +372,8 @@ class Database:
             self._give_back(conn)
 
     def _begin(self, tenant_id: object | None, deadline: float | None, timeout_ms: int, rollback: bool,
-               first: Sequence[tuple[str, object]]) -> tuple[psycopg.Connection, psycopg.Transaction]:
+               first: Sequence[tuple[str, object]], *,
+               sets_tenant: bool = False) -> tuple[psycopg.Connection, psycopg.Transaction]:
         """A connection in a new transaction: BEGIN, the tenant, `first`, in one round trip. A connection
         that came unchecked (TRUSTED_FOR) and turns out broken here, before anything ran, is dropped, and
         the transaction begins again on another one, checked, as the pool's check would have done."""
@@ -380,11 +389,12 @@ class Database:
                 with conn.pipeline():
                     block.__enter__()
                     entered = True
-                    conn.execute(
-                        "SELECT set_config('ledger.tenant_id', %s, true),"
-                        " set_config('statement_timeout', %s, true)",
-                        (str(tenant_id) if tenant_id else "", str(timeout_ms)),
-                    )
+                    if not sets_tenant:  # else the first statement sets both (`opener`)
+                        conn.execute(
+                            "SELECT set_config('ledger.tenant_id', %s, true),"
+                            " set_config('statement_timeout', %s, true)",
+                            (str(tenant_id) if tenant_id else "", str(timeout_ms)),
+                        )
                     cursors = [conn.execute(*statement) for statement in first]
                 conn.ledger_first = [cursor.fetchone() for cursor in cursors]
                 return conn, block

@@ -13,7 +13,7 @@ tell it of each write; it never makes that write fail. For each enabled trigger 
 
 Finding the triggers costs nothing when the event has none: each process keeps every tenant's enabled
 triggers in memory, under the tenant's trigger version. A transaction learns that version from the row it
-reads first anyway (its client's, through `principal_query`), in its own snapshot, so it sees exactly the
+reads first anyway (its client's, through `opening_query`), in its own snapshot, so it sees exactly the
 triggers committed before it began, whichever process wrote them, and no round trip is added. Only a
 transaction that reads nothing first (a cancel's, say) spends one query on the version, once.
 """
