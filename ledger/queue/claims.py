@@ -4,8 +4,9 @@
   also marks its executions RUNNING (the status change's events are raised in the claim's transaction)
   and drops the leases of the attempts its worker finished since its last claim. Executions of tenants
   without triggers (no event to raise) are claimed by that statement alone, in autocommit, and that commit
-  does not wait for the WAL's flush (`ledger_claim_untriggered`, migration 0013): nothing acknowledged
-  depends on it, and the attempt's synchronous commit flushes it first.
+  does not wait for the WAL's flush (`ledger_claim_untriggered`): nothing acknowledged
+  depends on it, and the attempt's synchronous commit flushes it first. The claim walks an index in run_at
+  order and keeps its plan between calls (PL/pgSQL), both migration 0013.
 - Every claim carries a lease the worker renews. A worker that dies stops renewing; its lease lapses
   within `lease_seconds` and another worker claims the execution again.
 - The attempt commits only while its lease token still holds the queue row (the fence): an attempt whose
