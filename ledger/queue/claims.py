@@ -3,8 +3,7 @@
 - A claim is one statement (`ledger_claim_and_start`: UPDATE ... FOR UPDATE SKIP LOCKED), in batches, that
   also marks its executions RUNNING (the status change's events are raised in the claim's transaction)
   and drops the leases of the attempts its worker finished since its last claim. Executions of tenants
-  without triggers (no event to raise) are claimed by that statement alone, in autocommit. The claim walks
-  an index in run_at order and keeps its plan between calls (PL/pgSQL, migration 0013).
+  without triggers (no event to raise) are claimed by that statement alone, in autocommit.
 - Every claim carries a lease the worker renews. A worker that dies stops renewing; its lease lapses
   within `lease_seconds` and another worker claims the execution again.
 - The attempt commits only while its lease token still holds the queue row (the fence): an attempt whose
