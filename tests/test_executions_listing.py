@@ -68,7 +68,7 @@ def test_the_listing_needs_its_index_and_shows_only_what_the_reader_may_select(a
 # ---------------------------------------------------------------------------- index paths
 #
 # A call writes every index of `executions` for each of its rows, so an index stays only while a query reads
-# through it (migration 0014 dropped the one no query needed). These read each query as the code builds it
+# through it (migration 0013 dropped the one no query needed). These read each query as the code builds it
 # (a scope that EXPLAINs instead of running), with sequential scans disabled, and require an index that
 # serves it: one whose condition narrows by what the query narrows by (the primary key's tenant prefix
 # alone is no such index), or, for the top-level listing, one whose order is the listing's (no Sort).

@@ -1,6 +1,6 @@
 """A request's opening (ledger/db/pool.py `Database.transaction` with an `opener`): BEGIN, then one
 statement that sets the tenant and the request's statement_timeout and reads the client
-(`ledger_open_request`, migration 0014), in one round trip."""
+(`ledger_open_request`, migration 0013), in one round trip."""
 
 from __future__ import annotations
 

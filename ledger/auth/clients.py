@@ -62,7 +62,7 @@ def principal_query(tenant_id: uuid.UUID, client_id: uuid.UUID, *, also: str | N
 def opening_query(client_id: uuid.UUID) -> tuple[str, tuple]:
     """`principal_query` with the tenant's trigger version, as the statement that opens a request
     (Database.transaction's `opener`, which adds the tenant and the timeout as its parameters):
-    `ledger_open_request` (migration 0014) sets the tenant and the statement_timeout, then reads the
+    `ledger_open_request` (migration 0013) sets the tenant and the statement_timeout, then reads the
     client under the tenant's RLS."""
     return ("SELECT name, enabled, policies, triggers_version FROM ledger_open_request(%s, %s, %s)", (client_id,))
 
