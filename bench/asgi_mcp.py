@@ -18,10 +18,8 @@ deterministic whatever else the machine runs.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
 import io
-import json
 import os
 import pstats
 import sys
@@ -34,33 +32,7 @@ from urllib.parse import urlsplit
 from . import workloads
 from .env import Cluster, Server
 from .fixtures import populate, prepare_database
-
-
-def _scope(path: str, headers: dict[str, str], body: bytes) -> dict:
-    raw = [(b"host", b"127.0.0.1:8000"), (b"user-agent", b"bench"), (b"content-length", str(len(body)).encode())]
-    raw += [(name.lower().encode(), value.encode()) for name, value in headers.items()]
-    return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
-            "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-            "root_path": "", "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000), "state": {},
-            "headers": raw}
-
-
-async def _call(app, path: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
-    sent: list[dict] = []
-    delivered = False
-
-    async def receive():
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.sleep(3600)
-
-    async def send(message):
-        sent.append(message)
-
-    await app(_scope(path, headers, body), receive, send)
-    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+from .inprocess import post, run_with_app
 
 
 class _Route:
@@ -72,7 +44,7 @@ class _Route:
 
     async def once(self, app) -> bytes:
         body = self.template.replace("__UUID__", str(uuid.uuid4())).encode()
-        status, answer = await _call(app, self.path, self.headers, body)
+        status, answer = await post(app, self.path, self.headers, body)
         if status != 200 or b'"balance"' not in answer or b'"isError":true' in answer:
             raise RuntimeError(f"{self.path} answered {status}: {answer[:400]!r}")
         return answer
@@ -153,22 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         routes = {via: _Route(workloads.tool_call_spec(server, fx, via)) for via in args.via.split(",")}
         server.stop()
         server = None
-        os.environ["LEDGER_DATABASE_URL"] = url
-        os.environ["LEDGER_RUN_WORKER"] = "0"
-        from ledger.wiring import create_app
+        async def work(app):
+            if args.callgrind:
+                await _count_instructions(app, routes, args.calls)
+            else:
+                await _measure(app, routes, args.calls, args.repeat, args.profile)
 
-        app = create_app()
-
-        async def main_async():
-            async with app.router.lifespan_context(app):
-                if args.callgrind:
-                    await _count_instructions(app, routes, args.calls)
-                else:
-                    await _measure(app, routes, args.calls, args.repeat, args.profile)
-
-        import uvloop
-
-        uvloop.run(main_async())
+        run_with_app(url, work)
     finally:
         if server is not None:
             server.stop()

@@ -15,7 +15,6 @@ what it measures: read it for shares, not for µs).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
@@ -25,9 +24,9 @@ import uuid
 
 import psycopg
 
-from .asgi_read import _call
 from .env import Cluster
 from .fixtures import CREATE_TOOL, INVOKE, READS_SRC, prepare_database
+from .inprocess import post_graphql, run_with_app
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -64,7 +63,8 @@ def _postgres_pids(cluster: Cluster) -> list[int]:
 async def _run(app, token: str, url: str, tenant_id, cluster: Cluster, reads: int, repeat: int,
                profile: str | None) -> None:
     async def data(query: str, variables: dict) -> dict:
-        status, answer = await _call(app, token, json.dumps({"query": query, "variables": variables}).encode())
+        document = json.dumps({"query": query, "variables": variables}).encode()
+        status, answer = await post_graphql(app, token, document)
         body = json.loads(answer)
         assert status == 200 and not body.get("errors"), answer
         return body["data"]
@@ -159,19 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         url = cluster.create_database("ledger")
         tenant_id, _client, token, _secret = prepare_database(url)
-        os.environ["LEDGER_DATABASE_URL"] = url
-        os.environ["LEDGER_RUN_WORKER"] = "0"
-        from ledger.wiring import create_app
-
-        app = create_app()
-
-        async def main_async():
-            async with app.router.lifespan_context(app):
-                await _run(app, token, url, tenant_id, cluster, args.reads, args.repeat, args.profile)
-
-        import uvloop
-
-        uvloop.run(main_async())
+        run_with_app(url, lambda app: _run(app, token, url, tenant_id, cluster, args.reads, args.repeat,
+                                           args.profile))
     finally:
         cluster.stop()
     return 0
