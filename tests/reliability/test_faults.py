@@ -328,10 +328,12 @@ def test_an_exhausted_pool_queues_a_bounded_number_of_requests_and_fails_the_res
                 reads.append(outcome)
             c.close()
 
+        # The readers' clients are made before the slow calls start: each makes an SSL context, and on a
+        # loaded machine 30 of them took longer than the slow calls' 6 s, which then ended before a read.
+        readers = [threading.Thread(target=read, args=(Client(base, tenant.token),)) for _ in range(30)]
         slow_threads = [threading.Thread(target=slow) for _ in range(2)]
         for thread in slow_threads:
             thread.start()
-        readers = [threading.Thread(target=read, args=(Client(base, tenant.token),)) for _ in range(30)]
         # Both connections are held (each slow call's transaction waits, idle, on its sandbox) before the
         # reads start: on a loaded machine a fixed sleep was not always enough.
         with shape.owner() as owner:
