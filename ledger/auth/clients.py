@@ -49,18 +49,9 @@ _PRINCIPAL = "SELECT name, enabled, policies FROM clients WHERE tenant_id = %s A
 _UNREAD = object()
 
 
-def principal_query(tenant_id: uuid.UUID, client_id: uuid.UUID, *, also: str | None = None) -> tuple[str, tuple]:
-    """The statement load_principal runs, for a caller that sends it ahead (Database.transaction's `first`).
-
-    `also`: more columns the caller reads in the same statement (the tenant's trigger version), so that
-    what its transaction needs to know first costs no round trip of its own."""
-    if also is None:
-        return _PRINCIPAL, (tenant_id, client_id)
-    return _PRINCIPAL.replace(" FROM clients", f", {also} FROM clients", 1), (tenant_id, client_id)
-
-
 def opening_query(client_id: uuid.UUID) -> tuple[str, tuple]:
-    """`principal_query` with the tenant's trigger version, as the statement that opens a request
+    """The client's row (as load_principal reads it) with the tenant's trigger version, as the statement
+    that opens a request
     (Database.transaction's `opener`, which adds the tenant and the timeout as its parameters):
     `ledger_open_request` (migration 0013) sets the tenant and the statement_timeout, then reads the
     client under the tenant's RLS."""
@@ -71,7 +62,7 @@ def load_principal(conn: psycopg.Connection, tenant_id: uuid.UUID, client_id: uu
                    claims: dict[str, Any], row: Any = _UNREAD) -> tuple[Principal, list[dict]]:
     """The enabled client a token names, read fresh for every request (no cache on direct requests).
 
-    `row` is the result of `principal_query` when the caller has already run it."""
+    `row` is the client's row when the caller has already read it (`opening_query`)."""
     if row is _UNREAD:
         row = conn.execute(_PRINCIPAL, (tenant_id, client_id)).fetchone()
     if row is None:
