@@ -40,20 +40,15 @@ def execution_document(row: dict) -> dict:
     return doc
 
 
-def lock_execution_id(scope: Scope, execution_id: uuid.UUID) -> None:
-    """Serialize the requests that use one executionId until this transaction ends, so that two of them
-    never both find it unused and run it."""
-    scope.conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{scope.tenant_id}:{execution_id}",))
-
-
 _PREFIXED_EXECUTION = ", ".join(f"e.{c.strip()} AS e_{c.strip()}" for c in EXECUTION_COLUMNS.split(","))
 
 
 def lock_and_load_execution(scope: Scope, execution_id: uuid.UUID,
                             beside: tuple[str, tuple] | None = None) -> tuple[dict | None, dict | None]:
-    """`lock_execution_id`, then `load_execution`, and the row of `beside` (a statement returning at most
-    one row, whose columns must not start with `e_`; None: nothing beside), in one statement: (the
-    execution or None, that row or None). One statement does what two would: at REPEATABLE READ each
+    """Serialize the requests that use one executionId until this transaction ends (so that two of them
+    never both find it unused and run it), then `load_execution`, and the row of `beside` (a statement
+    returning at most one row, whose columns must not start with `e_`; None: nothing beside), in one
+    statement: (the execution or None, that row or None). One statement does what two would: at REPEATABLE READ each
     statement reads the transaction's snapshot, taken before the lock was, so a lookup after the lock sees
     the same rows."""
     columns, joined, params = _PREFIXED_EXECUTION, "", ()

@@ -14,8 +14,8 @@ from ..actions.schemas import first_error
 from ..errors import LedgerError, NotFound, Retryable, StartNotAllowed
 from ..executions.admission import invocable_record
 from ..executions.invoke import ExecutionIdConflict
-from ..executions.records import (EXECUTION, EXECUTION_COLUMNS, execution_document, load_execution,
-                                  lock_execution_id, raise_execution_event, record_of, require_new_execution)
+from ..executions.records import (EXECUTION, EXECUTION_COLUMNS, execution_document, lock_and_load_execution,
+                                  raise_execution_event, record_of, require_new_execution)
 from ..values import require_storable_input, same_json, value_problem
 from ..scope import Scope
 
@@ -37,8 +37,7 @@ def start_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, ve
         raise StartNotAllowed("a start cannot be made from inside an execution",
                               hint="call the tool with tools.<name>() or invokeAction instead")
     require_storable_input(input)
-    lock_execution_id(scope, execution_id)
-    existing = load_execution(scope, execution_id)
+    existing, _ = lock_and_load_execution(scope, execution_id)
     if existing is not None:
         scope.require("SELECT", EXECUTION, execution_document(existing))
         if (existing["action_id"] != action_id or not existing["started"] or not same_json(existing["input"], input)
