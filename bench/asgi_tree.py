@@ -9,7 +9,10 @@ executors' CPU (from /proc) and the PostgreSQL backends' CPU, and the same reads
 SELECTs through psycopg on one connection, as in `bench.workloads.call_tree_floor`), each the median of
 the repeats; then the statements of one more tree by their PostgreSQL time per read (pg_stat_statements).
 `--profile FILE` keeps a cProfile of the request thread's top-level runs (cProfile slows
-what it measures: read it for shares, not for µs).
+what it measures: read it for shares, not for µs). `--callgrind`, under
+`valgrind --tool=callgrind --instr-atstart=no`, counts this process's instructions (every thread; the
+sandbox's process is not traced) over one tree after a warm-up one, and dumps them (`callgrind_annotate`
+of the dump; its total / reads = instructions per read): deterministic whatever else the machine runs.
 """
 
 from __future__ import annotations
@@ -60,8 +63,15 @@ def _postgres_pids(cluster: Cluster) -> list[int]:
     return [postmaster] + _children(postmaster)
 
 
+def _callgrind(*flags: str) -> None:
+    """Drive the callgrind this process runs under (`--callgrind`)."""
+    import subprocess
+
+    subprocess.run(["callgrind_control", *flags, str(os.getpid())], check=True, capture_output=True)
+
+
 async def _run(app, token: str, url: str, tenant_id, cluster: Cluster, reads: int, repeat: int,
-               profile: str | None) -> None:
+               profile: str | None, callgrind: bool = False) -> None:
     async def data(query: str, variables: dict) -> dict:
         document = json.dumps({"query": query, "variables": variables}).encode()
         status, answer = await post_graphql(app, token, document)
@@ -100,6 +110,18 @@ async def _run(app, token: str, url: str, tenant_id, cluster: Cluster, reads: in
 
         ExecutorLease.run = profiled
 
+    if callgrind:
+        for counted in (False, True):
+            if counted:
+                _callgrind("-z")
+                _callgrind("-i", "on")
+            out = await data(INVOKE, {"id": tool, "input": {"executionId": str(uuid.uuid4()),
+                                                             "input": {"account_id": account, "n": reads}}})
+            assert out["actions"]["invokeAction"]["status"] == "SUCCEEDED", out
+        _callgrind("-i", "off")
+        _callgrind("-d", "tree")
+        print(f"callgrind: one tree of {reads} reads dumped (callgrind_annotate <file>; total / {reads} per read)")
+        return
     walls, cpus, sandboxes, postgres, floors = [], [], [], [], []
     for i in range(repeat + 1):
         pg_pids = _postgres_pids(cluster)
@@ -154,13 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reads", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--profile")
+    parser.add_argument("--callgrind", action="store_true",
+                        help="count instructions instead (run under `valgrind --tool=callgrind --instr-atstart=no`)")
     args = parser.parse_args(argv)
     cluster = Cluster()
     try:
         url = cluster.create_database("ledger")
         tenant_id, _client, token, _secret = prepare_database(url)
         run_with_app(url, lambda app: _run(app, token, url, tenant_id, cluster, args.reads, args.repeat,
-                                           args.profile))
+                                           args.profile, args.callgrind))
     finally:
         cluster.stop()
     return 0

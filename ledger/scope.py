@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .db.prepared import PreparedRead, fetch_one
 from .policy.principal import Principal
 from .errors import PermissionDenied
 from .policy.chain import Chain
@@ -109,6 +110,10 @@ class Scope:
 
     def one(self, sql: str, params: Any = None) -> dict | None:
         return self.conn.execute(sql, params).fetchone()
+
+    def read_one(self, statement: PreparedRead, params: tuple) -> dict | None:
+        """`one` for a hot read of fixed text, on its prepared statement without a cursor (db/prepared.py)."""
+        return fetch_one(self.conn, statement, params)
 
     def all(self, sql: str, params: Any = None) -> list[dict]:
         return self.conn.execute(sql, params).fetchall()

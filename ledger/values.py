@@ -9,6 +9,8 @@ import math
 import re
 from typing import Any
 
+import orjson
+
 from .errors import LedgerError
 
 MAX_NESTING = 32
@@ -114,6 +116,17 @@ def storable_json(value: Any) -> str:
     cannot store, is recorded as U+FFFD, and NaN or an infinity (not JSON) as the string naming it. What
     a program printed, failed with or was given is recorded even then, instead of the record failing its
     whole request."""
+    # orjson writes what json.dumps would, but for its spacing and escapes, which jsonb does not keep (the
+    # same values, the same numbers: both write a float's shortest repr), at ~1/10 of the CPU, and escapes
+    # a NUL as json.dumps does; only for values `_plain` finds it writes the same (after orjson, which
+    # refuses a cycle: the walk then ends). A call tree of 1,000 reads records 1,000 children.
+    try:
+        fast = orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):  # a big integer, a lone surrogate, a cycle, deep nesting
+        fast = None
+    if fast is not None and _plain(value):
+        text = fast.decode()
+        return text if "\\u0000" not in text else _NUL_ESCAPE.sub(lambda m: m.group(1) + "\\ufffd", text)
     try:
         text = json.dumps(value, allow_nan=False)
     except ValueError:
@@ -121,6 +134,35 @@ def storable_json(value: Any) -> str:
     if "\\u0000" not in text:
         return text
     return _NUL_ESCAPE.sub(lambda m: m.group(1) + "\\ufffd", text)
+
+
+_INT64 = 2**63
+
+
+def _plain(value: Any) -> bool:
+    """Whether orjson writes `value` as json.dumps would (the same JSON values): dicts with string keys,
+    lists, strings, booleans, None, 64-bit integers and finite floats, of those exact types. Anything
+    else (a tuple, a subclass, a non-string key, NaN, which orjson would write as null) takes json.dumps."""
+    stack = [value]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is str or item is None or kind is bool:
+            continue
+        if kind is dict:
+            for key, child in item.items():
+                if type(key) is not str:
+                    return False
+                push(child)
+        elif kind is list:
+            extend(item)
+        elif kind is int:
+            if not -_INT64 <= item < _INT64:
+                return False
+        elif kind is not float or not math.isfinite(item):
+            return False
+    return True
 
 
 def _named_non_finite(value: Any) -> Any:

@@ -251,6 +251,54 @@ def test_scalar_fields_that_are_null_or_fail_to_serialize_answer_as_graphql_core
         assert [e.formatted for e in errors or []] == [e.formatted for e in full.errors or []], text
 
 
+@strawberry.type
+class ObjectsQuery:
+    """Object fields whose resolvers take no info (the plan builds none unless completing needs one)."""
+
+    @strawberry.field
+    def found(self) -> PlannedItem:
+        return PlannedQuery().item()  # type: ignore[return-value]
+
+    @strawberry.field
+    def required_but_null(self) -> PlannedItem:
+        return None  # type: ignore[return-value]
+
+    @strawberry.field
+    def optional_null(self) -> Optional[PlannedItem]:
+        return None
+
+    @strawberry.field
+    def error_value(self) -> Optional[PlannedItem]:
+        return ValueError("an object that is an error")  # type: ignore[return-value]
+
+    @strawberry.field
+    def required_error_value(self) -> PlannedItem:
+        return ValueError("a required object that is an error")  # type: ignore[return-value]
+
+    @strawberry.field
+    def listed(self) -> list[Optional[PlannedItem]]:
+        return [PlannedQuery().item(), None]  # type: ignore[list-item]
+
+
+def test_object_fields_whose_resolvers_take_no_info_answer_as_graphql_core_does():
+    """An object value that is neither null nor an error completes as its sub-selection without an info
+    (api/plans.py `_Run.field`); a null where the field is non-null, an error value, a list, take the
+    general path, with the info built then, and answer as graphql-core's own execution does."""
+    schema = strawberry.Schema(query=ObjectsQuery)._schema
+    for text in ("{ found { plain missing } }", "{ found { plain } requiredButNull { plain } }",
+                 "{ optionalNull { plain } found { plain } }", "{ errorValue { plain } }",
+                 "{ requiredErrorValue { plain } }", "{ listed { plain missing } }",
+                 "{ found { plain nullButRequired } }", "{ found { __typename plain } }"):
+        document = parse(text)
+        plan = plans.plan(schema, document, None)
+        assert plan is not None, text
+        data, errors = plans.run(schema, plan, None, None, optimized_is_awaitable)
+        full = execute(schema, document, is_awaitable=optimized_is_awaitable)
+        assert data == full.data, text
+        assert [e.formatted for e in errors or []] == [e.formatted for e in full.errors or []], text
+    assert plans.plan(schema, parse("{ found { plain } }"), None).fields[0].blind
+
+
 def test_nullable_variables_omitted_null_or_given_answer_the_same(api, planned):
     """A nullable variable left out leaves its argument's default in force; one sent as null passes null."""
     create_account(api, "a")

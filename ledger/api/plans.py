@@ -59,6 +59,12 @@ class _Field:
     # whether the argument is non-null), ...), read from the coerced variables as `get_argument_values`
     # would (`_arguments`); None: `get_argument_values` itself.
     arguments: tuple[tuple[str, str, bool], ...] | None = None
+    # The resolver never reads its info (an attribute, or a resolver without an info parameter called
+    # directly): the info is built only if completing the value needs it (`_Run.field`).
+    blind: bool = False
+    # For a field whose type is an object type (non-null or not) with no `is_type_of`: that type. A value
+    # that is neither null nor an error completes as its sub-selection, which is all `complete` does then.
+    object_type: Any = None
 
 
 @dataclass(frozen=True)
@@ -116,9 +122,14 @@ def _selection(schema: GraphQLSchema, parent: GraphQLObjectType, selection_set: 
         leaf_type = definition.type.of_type if is_non_null_type(definition.type) else definition.type
         leaf = leaf_type if (strawberry_field.base_resolver is None and not takes_arguments
                              and is_leaf_type(leaf_type)) else None
+        direct = _direct(definition, strawberry_field)
+        resolver = strawberry_field.base_resolver
+        blind = direct is not None and (resolver is None or resolver.info_parameter is None)
+        object_type = leaf_type if is_object_type(leaf_type) and leaf_type.is_type_of is None else None
         fields.append(_Field(key, node, [node], name, definition, takes_arguments, sub,
-                             _direct(definition, strawberry_field) or _wrapped(definition), leaf,
-                             _variable_arguments(definition, node) if takes_arguments else None))
+                             direct or _wrapped(definition), leaf,
+                             _variable_arguments(definition, node) if takes_arguments else None,
+                             blind, object_type))
     return tuple(fields)
 
 
@@ -294,8 +305,7 @@ class _Run:
             return parent.name  # __typename
         definition = field.definition
         return_type = definition.type
-        info = GraphQLResolveInfo(field.name, field.nodes, return_type, parent, path, self.schema, {}, None,
-                                  self.plan.operation, self.variables, self.context, self.is_awaitable, None, None)
+        info = None if field.blind else self._info(parent, field, path)
         try:
             args = _NO_ARGUMENTS
             if field.takes_arguments:
@@ -303,6 +313,12 @@ class _Run:
                 if args is None:
                     args = get_argument_values(definition, field.node, self.variables)
             result = field.resolve(source, info, args)
+            object_type = field.object_type
+            if (object_type is not None and result is not None and result is not Undefined
+                    and not isinstance(result, Exception)):
+                return self.fields(object_type, result, path, field.selection)  # what `complete` would do
+            if info is None:
+                info = self._info(parent, field, path)
             return self.complete(return_type, field, info, path, result)
         except Exception as raw_error:
             error = located_error(raw_error, field.nodes, path.as_list())
@@ -310,6 +326,10 @@ class _Run:
                 raise error
             self.errors.append(error)
             return None
+
+    def _info(self, parent: GraphQLObjectType, field: _Field, path: Path) -> GraphQLResolveInfo:
+        return GraphQLResolveInfo(field.name, field.nodes, field.definition.type, parent, path, self.schema, {}, None,
+                                  self.plan.operation, self.variables, self.context, self.is_awaitable, None, None)
 
     def complete(self, return_type: Any, field: _Field, info: GraphQLResolveInfo, path: Path, result: Any) -> Any:
         if isinstance(result, Exception):

@@ -15,6 +15,7 @@ import re
 import uuid
 
 from ..errors import InvalidInput, LedgerError, NotFound
+from ..db.prepared import PreparedRead
 from ..scope import Scope
 from ..db.paging import page_visible
 
@@ -84,9 +85,12 @@ def create_account(scope: Scope, account_id: uuid.UUID, name: str, currency: str
     return created
 
 
+# The read a call tree makes a thousand times: prepared, and run without a cursor (db/prepared.py).
+_GET_ACCOUNT = PreparedRead(f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE tenant_id = %s AND id = %s")
+
+
 def get_account(scope: Scope, account_id: uuid.UUID) -> dict | None:
-    row = scope.one(f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE tenant_id = %s AND id = %s",
-                    (scope.tenant_id, account_id))
+    row = scope.read_one(_GET_ACCOUNT, (scope.tenant_id, account_id))
     if row is not None:
         scope.require("SELECT", ACCOUNT, row)
     return row

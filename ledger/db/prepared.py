@@ -1,0 +1,106 @@
+"""One hot statement (a primary-key read) run on libpq's prepared-statement call, without a cursor.
+
+A psycopg `conn.execute(...).fetchone()` spends more of its client CPU in the cursor's Python (the query's
+conversion, the prepare manager's bookkeeping, the cursor's result state) than in libpq: ~45–80 µs a
+call on this machine against ~20–30 µs for the same statement sent with `send_query_prepared` and its
+row loaded by the same Transformer (a call tree's read makes one such statement per `graphql()`).
+
+Which statements are prepared on a connection stays psycopg's business: this path runs a statement only
+under the name psycopg's own prepare manager gave it (after its fifth use through a cursor), looked up by
+psycopg's own key, and takes the cursor otherwise. So when psycopg forgets its statements (it sends
+DEALLOCATE ALL after any ROLLBACK or DDL it sees, and evicts the least recently used past 100), this path
+forgets them in the same moment. What it keeps from psycopg besides: the loaders and dumpers (a
+`Transformer` over the connection's adapters, new for every call: nothing of a result outlives it), the
+connection's lock, `conn.wait` on psycopg's own `execute` generator (so a broken connection or an
+interrupted wait fails as in a cursor), and `error_from_result` for a failed statement (the same
+exception class, SQLSTATE and diagnostics).
+
+Anything out of the ordinary takes the cursor, which answers it as always: a connection in a pipeline,
+one with deferred statements to send first (db/pool.py `defer`), a closed connection, a transaction past
+its deadline (the pool's cursor refuses it), a statement psycopg has not prepared. It is for reads of a
+fixed text (a module constant), whose columns' names it keeps.
+"""
+
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+from psycopg import adapt, pq
+from psycopg import errors as pgerrors
+from psycopg._queries import _query2pg  # psycopg's own conversion, so that the key is psycopg's key
+from psycopg.generators import execute as _execute
+
+_TUPLES_OK = pq.ExecStatus.TUPLES_OK
+_COMMAND_OK = pq.ExecStatus.COMMAND_OK
+_TEXT = pq.Format.TEXT
+
+
+class PreparedRead:
+    """A SELECT with `%s` placeholders, answering at most one row as a dict."""
+
+    __slots__ = ("sql", "query", "formats", "count", "names")
+
+    def __init__(self, sql: str) -> None:
+        self.sql = sql  # what the cursor runs when this path does not
+        self.query, self.formats, order, _parts = _query2pg(sql.encode(), "utf-8")
+        if order is not None or not sql.isascii():
+            raise ValueError("a prepared read takes %s placeholders in an ASCII text")
+        self.count = len(self.formats)
+        self.names: tuple[str, ...] | None = None  # its columns' names, once a result shows them
+
+
+def fetch_one(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> dict | None:
+    """`conn.execute(statement.sql, params).fetchone()`, as a dict row: the same row, or the same error."""
+    if (conn._pipeline is None and not getattr(conn, "ledger_deferred", None) and not conn.closed
+            and len(params) == statement.count and not _past_deadline(conn)):
+        try:
+            row = _fetch_one(conn, statement, params)
+        except pgerrors._NO_TRACEBACK as ex:  # as psycopg's cursor raises them: without its frames
+            raise ex.with_traceback(None)
+        if row is not _NOT_PREPARED:
+            return row
+    return conn.execute(statement.sql, params).fetchone()
+
+
+_NOT_PREPARED = object()
+
+
+def _past_deadline(conn: psycopg.Connection) -> bool:
+    deadline = getattr(conn, "ledger_deadline", None)
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def _fetch_one(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> object:
+    tx = adapt.Transformer(conn)
+    values = tx.dump_sequence(params, statement.formats)
+    key = (statement.query, tx.types or ())
+    pgconn = conn.pgconn
+    with conn.lock:
+        manager = conn._prepared
+        name = manager._names.get(key)
+        if name is None or manager._to_flush:
+            return _NOT_PREPARED  # not prepared (yet), or psycopg has statements of its own to drop first
+        manager._names.move_to_end(key)  # a use, as a cursor's would count in psycopg's LRU
+        pgconn.send_query_prepared(name, values, param_formats=tx.formats, result_format=_TEXT)
+        results = conn.wait(_execute(pgconn))
+    result = results[0] if len(results) == 1 else None
+    if result is None or result.status != _TUPLES_OK:
+        raise _failure(conn, result)
+    names = statement.names
+    if names is None:  # the columns the text selects: the same on every connection
+        encoding = pgconn._encoding
+        names = statement.names = tuple(result.fname(i).decode(encoding) for i in range(result.nfields))
+    if not result.ntuples:
+        return None
+    tx.set_pgresult(result)
+    return tx.load_row(0, lambda row: dict(zip(names, row)))
+
+
+def _failure(conn: psycopg.Connection, result: Any) -> Exception:
+    if result is not None and result.status == pq.ExecStatus.FATAL_ERROR:
+        return pgerrors.error_from_result(result, encoding=conn.pgconn._encoding)
+    return pgerrors.InternalError("unexpected result from a prepared read: "
+                                  + (pq.ExecStatus(result.status).name if result is not None else "none"))

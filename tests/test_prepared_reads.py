@@ -1,0 +1,157 @@
+"""A hot read on its prepared statement without a cursor (ledger/db/prepared.py): the row, the error and
+the transaction's behaviour the cursor gives, on the pool's own connections."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from helpers import ACCOUNT, funded_account, transfer
+from ledger.db.pool import defer
+from ledger.db.prepared import PreparedRead, fetch_one
+from ledger.errors import Retryable
+
+_READ = PreparedRead("SELECT tenant_id, id, name, currency, balance, allow_overdraft, execution_id, created_at"
+                     " FROM accounts WHERE tenant_id = %s AND id = %s")
+
+
+def _tenant_of(db_url: str, account: str) -> uuid.UUID:
+    with psycopg.connect(db_url) as conn:
+        return conn.execute("SELECT tenant_id FROM accounts WHERE id = %s", (account,)).fetchone()[0]
+
+
+@pytest.fixture
+def account(api, db_url):
+    _, funded = funded_account(api, 10)
+    return _tenant_of(db_url, funded), uuid.UUID(funded)
+
+
+def test_a_prepared_read_answers_the_row_the_cursor_answers(services, account):
+    tenant, account_id = account
+    with services.db.transaction(tenant) as conn:
+        for _ in range(8):  # through the cursor until psycopg prepares the statement, then without one
+            assert fetch_one(conn, _READ, (tenant, account_id)) == conn.execute(_READ.sql, (tenant, account_id)).fetchone()
+        row = fetch_one(conn, _READ, (tenant, account_id))
+    assert row["balance"] == 10 and row["id"] == account_id and row["currency"] == "USD"
+    assert list(row) == ["tenant_id", "id", "name", "currency", "balance", "allow_overdraft", "execution_id",
+                         "created_at"]
+
+
+def test_a_prepared_read_of_a_missing_row_answers_none(services, account):
+    tenant, _ = account
+    with services.db.transaction(tenant) as conn:
+        assert fetch_one(conn, _READ, (tenant, uuid.uuid4())) is None
+
+
+def test_a_prepared_read_sees_the_row_level_security_of_its_transaction(services, account):
+    tenant, account_id = account
+    with services.db.transaction(tenant) as conn:
+        assert fetch_one(conn, _READ, (tenant, account_id)) is not None
+    with services.db.transaction(uuid.uuid4()) as conn:  # another tenant: the same prepared statement, no row
+        assert fetch_one(conn, _READ, (tenant, account_id)) is None
+
+
+def test_a_prepared_read_with_parameters_of_other_types_answers_the_same(services, account):
+    tenant, account_id = account
+    with services.db.transaction(tenant) as conn:
+        assert fetch_one(conn, _READ, (str(tenant), str(account_id))) == fetch_one(conn, _READ, (tenant, account_id))
+
+
+def test_a_failed_prepared_read_raises_what_the_cursor_raises(services, account):
+    tenant, _ = account
+    errors = []
+    for read in (lambda conn: fetch_one(conn, _READ, (tenant, "not a uuid")),
+                 lambda conn: conn.execute(_READ.sql, (tenant, "not a uuid")).fetchone()):
+        with pytest.raises(psycopg.Error) as raised:
+            with services.db.transaction(tenant) as conn:
+                read(conn)
+        errors.append(raised.value)
+    assert [type(e) for e in errors] == [psycopg.errors.InvalidTextRepresentation] * 2
+    assert str(errors[0]) == str(errors[1]) and errors[0].sqlstate == errors[1].sqlstate
+
+
+def test_a_prepared_read_in_a_failed_transaction_raises_what_the_cursor_raises(services, account):
+    tenant, account_id = account
+    errors = []
+    for read in (lambda conn: fetch_one(conn, _READ, (tenant, account_id)),
+                 lambda conn: conn.execute(_READ.sql, (tenant, account_id)).fetchone()):
+        with pytest.raises(psycopg.Error) as raised:
+            with services.db.transaction(tenant) as conn:
+                for _ in range(8):  # prepared by now: the read below is this path's, or the cursor's
+                    read(conn)
+                with contextlib.suppress(psycopg.errors.DivisionByZero):
+                    conn.execute("SELECT 1 / 0")
+                read(conn)
+        errors.append(raised.value)
+    assert type(errors[0]) is type(errors[1]) is psycopg.errors.InFailedSqlTransaction
+    assert str(errors[0]) == str(errors[1])
+
+
+def _counting_cursor_uses(conn) -> list:
+    """The statements `conn` runs through a cursor from now on."""
+    uses = []
+    execute = conn.execute
+    conn.execute = lambda sql, params=None, **kw: uses.append(sql) or execute(sql, params, **kw)
+    return uses
+
+
+def test_a_read_runs_without_a_cursor_once_psycopg_has_prepared_it(db_url, account):
+    tenant, account_id = account
+    read = PreparedRead("SELECT balance FROM accounts WHERE tenant_id = %s AND id = %s")
+    with psycopg.connect(db_url, row_factory=dict_row) as conn:
+        uses = _counting_cursor_uses(conn)
+        with conn.transaction():
+            for _ in range(10):
+                assert fetch_one(conn, read, (tenant, account_id)) == {"balance": 10}
+        # psycopg prepares a statement at its sixth use; from the seventh this path runs it itself
+        assert len(uses) == 6
+
+
+def test_a_read_after_a_rollback_made_psycopg_drop_its_statements_still_answers(db_url, account):
+    tenant, account_id = account
+    read = PreparedRead("SELECT balance FROM accounts WHERE tenant_id = %s AND id = %s")
+    with psycopg.connect(db_url, row_factory=dict_row) as conn:
+        for _ in range(8):
+            assert fetch_one(conn, read, (tenant, account_id)) == {"balance": 10}
+        with pytest.raises(RuntimeError):
+            with conn.transaction():  # psycopg answers its ROLLBACK with DEALLOCATE ALL
+                assert fetch_one(conn, read, (tenant, account_id)) == {"balance": 10}
+                raise RuntimeError("roll back")
+        uses = _counting_cursor_uses(conn)
+        for _ in range(8):
+            assert fetch_one(conn, read, (tenant, account_id)) == {"balance": 10}
+        assert len(uses) == 6  # prepared again by psycopg, then run here again
+
+
+def test_a_prepared_read_sends_the_deferred_statements_first(services, account):
+    tenant, account_id = account
+    with services.db.transaction(tenant) as conn:
+        defer(conn, "SELECT set_config('ledger.probe', 'sent', true)")
+        assert fetch_one(conn, _READ, (tenant, account_id)) is not None
+        assert not conn.ledger_deferred
+        assert conn.execute("SELECT current_setting('ledger.probe') AS v").fetchone() == {"v": "sent"}
+
+
+def test_a_prepared_read_past_its_transactions_deadline_is_refused(services, account):
+    tenant, account_id = account
+    with pytest.raises(Retryable):
+        with services.db.transaction(tenant, deadline=time.monotonic() + 0.5) as conn:
+            time.sleep(0.6)
+            fetch_one(conn, _READ, (tenant, account_id))
+
+
+def test_a_prepared_read_takes_only_positional_placeholders():
+    with pytest.raises(ValueError):
+        PreparedRead("SELECT 1 WHERE id = %(id)s")
+
+
+def test_an_account_read_through_the_api_after_its_statement_was_prepared_answers_the_new_balance(api):
+    opening, funded = funded_account(api, 10)
+    assert api.gql(ACCOUNT, {"id": funded})["financial"]["account"]["balance"] == 10
+    transfer(api, opening, funded, 5)
+    assert api.gql(ACCOUNT, {"id": funded})["financial"]["account"]["balance"] == 15
