@@ -155,3 +155,22 @@ def test_an_account_read_through_the_api_after_its_statement_was_prepared_answer
     assert api.gql(ACCOUNT, {"id": funded})["financial"]["account"]["balance"] == 10
     transfer(api, opening, funded, 5)
     assert api.gql(ACCOUNT, {"id": funded})["financial"]["account"]["balance"] == 15
+
+
+def test_this_psycopg_has_the_private_parts_the_prepared_path_reads():
+    # A psycopg release that moved them would send every read through the cursor (still correct, slower):
+    # this says so, rather than the bench.
+    from ledger.db import prepared
+
+    assert prepared.SUPPORTED, f"psycopg {psycopg.__version__}: ledger/db/prepared.py takes the cursor only"
+
+
+def test_without_those_parts_a_prepared_read_takes_the_cursor_and_answers_the_same(services, account, monkeypatch):
+    from ledger.db import prepared
+
+    monkeypatch.setattr(prepared, "SUPPORTED", False)
+    fallback = PreparedRead(_READ.sql)
+    tenant, account_id = account
+    with services.db.transaction(tenant) as conn:
+        for _ in range(8):
+            assert fetch_one(conn, fallback, (tenant, account_id)) == conn.execute(_READ.sql, (tenant, account_id)).fetchone()

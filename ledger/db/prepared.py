@@ -30,8 +30,30 @@ from typing import Any
 import psycopg
 from psycopg import adapt, pq
 from psycopg import errors as pgerrors
-from psycopg._queries import _query2pg  # psycopg's own conversion, so that the key is psycopg's key
 from psycopg.generators import execute as _execute
+
+try:  # psycopg's own conversion, so that the key is psycopg's key
+    from psycopg._queries import _query2pg
+except ImportError:  # a psycopg whose internals moved: every read takes the cursor
+    _query2pg = None
+
+
+def _internals_present() -> bool:
+    """Whether this psycopg has the private parts this path reads (written against 3.3): a release that
+    moved them makes every read take the cursor instead of failing."""
+    if _query2pg is None:
+        return False
+    try:
+        from psycopg._preparing import PrepareManager
+
+        manager = PrepareManager()
+        return (hasattr(manager._names, "move_to_end") and hasattr(manager, "_to_flush")
+                and hasattr(pq.PGconn, "send_query_prepared"))
+    except Exception:  # noqa: BLE001 - any difference at all means: do not use it
+        return False
+
+
+SUPPORTED = _internals_present()
 
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _COMMAND_OK = pq.ExecStatus.COMMAND_OK
@@ -45,10 +67,14 @@ class PreparedRead:
 
     def __init__(self, sql: str) -> None:
         self.sql = sql  # what the cursor runs when this path does not
-        self.query, self.formats, order, _parts = _query2pg(sql.encode(), "utf-8")
-        if order is not None or not sql.isascii():
+        if not sql.isascii():
             raise ValueError("a prepared read takes %s placeholders in an ASCII text")
-        self.count = len(self.formats)
+        self.query, self.formats, self.count = None, None, -1  # -1: no call takes this path
+        if SUPPORTED:
+            self.query, self.formats, order, _parts = _query2pg(sql.encode(), "utf-8")
+            if order is not None:
+                raise ValueError("a prepared read takes %s placeholders, not named ones")
+            self.count = len(self.formats)
         self.names: tuple[str, ...] | None = None  # its columns' names, once a result shows them
 
 
