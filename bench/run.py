@@ -196,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             defined = define(lambda url: add_triggers(url, token, fx.noop_tool, 1, STATUS_EVENTS, STATUS_CONDITION,
                                                       name="bench_status"))
             try:
-                return workloads.queue(fx, workers, stats, rt, jobs=args.queue_jobs, commits=commits)
+                return workloads.queue(fx, workers, stats, rt, jobs=args.queue_jobs, commits=commits,
+                                       postgres_cpu=cluster.cpu)
             finally:
                 define(lambda url: delete_triggers(url, token, defined))
 
@@ -326,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
                 workers = Workers(ledger_url, workdir, LEDGER_WORKERS, concurrency=WORKER_CONCURRENCY,
                                   code_root=code_root, roundtrips=rt)
                 running.append(workers)
-                m["queue"] = workloads.queue(fx, workers, stats, rt, jobs=args.queue_jobs, commits=commits)
+                m["queue"] = workloads.queue(fx, workers, stats, rt, jobs=args.queue_jobs, commits=commits,
+                                             postgres_cpu=cluster.cpu)
                 # The same with a trigger on execution status changes defined (never true): the durable
                 # commits per execution must hold with it (a revision from before triggers cannot run it).
                 log(f"[{name}] queue: the same with a trigger on execution status changes defined")
@@ -681,7 +683,12 @@ def _trips(measured: dict, key: str, goal: float | None = None) -> dict | None:
 
 def _worker_cpu(run: dict) -> str:
     cpu = run.get("worker_cpu_ms_per_job")  # a baseline's harness may not measure it
-    return f"; the workers' CPU {cpu:.1f} ms per execution" if cpu is not None else ""
+    postgres = run.get("postgres_cpu_ms_per_job")
+    if cpu is None:
+        return ""
+    if postgres is None:
+        return f"; the workers' CPU {cpu:.1f} ms per execution"
+    return f"; CPU per execution: the workers' {cpu:.1f} ms, PostgreSQL's {postgres:.1f} ms"
 
 
 def _median_run(runs: list[dict], metric: str) -> dict | None:
