@@ -53,6 +53,12 @@ class Cluster:
     def url(self, dbname: str, user: str = "postgres") -> str:
         return psycopg.conninfo.make_conninfo(self.pg.url(dbname), user=user)
 
+    def cpu(self) -> float:
+        """CPU seconds of the postmaster and its processes now running (backends, WAL writer, checkpointer,
+        autovacuum): read around a stretch whose backends live through it."""
+        postmaster = int((self.pg.data / "postmaster.pid").read_text().split()[0])
+        return cpu_seconds([postmaster])
+
     def create_database(self, name: str) -> str:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import jwt
-import psycopg
 
+from ..db.startup import connect_when_up
 from ..errors import Unauthenticated
 
 ALGORITHM = "HS256"
@@ -36,11 +36,12 @@ class TokenClaims:
 
 
 def load_signing_key(owner_conninfo: str) -> str:
-    """The key from the environment, else the one stored in the database (created once)."""
+    """The key from the environment, else the one stored in the database (created once). The database is
+    the first a process reaches at start: its connection waits while PostgreSQL is briefly down."""
     from_env = os.environ.get("LEDGER_JWT_SECRET")
     if from_env:
         return from_env
-    with psycopg.connect(owner_conninfo, autocommit=True) as conn:
+    with connect_when_up(owner_conninfo, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO ledger_secrets (name, value) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING",
             (_SECRET_NAME, secrets.token_urlsafe(48)),
