@@ -48,6 +48,10 @@ AS $$
      WHERE l.lease_token = ANY(finished)
         OR (l.expires_at < clock_timestamp() - interval '10 minutes'
             AND NOT EXISTS (SELECT 1 FROM execution_queue q WHERE q.lease_token = l.lease_token))
+  ), triggered AS (
+    -- The tenants a trigger on the RUNNING a claim makes could react to (for an untriggered claim).
+    SELECT t.tenant_id FROM triggers t
+     WHERE t.event = 'financial.ActionExecution.updated' AND t.enabled AND NOT t.deleted
   ), lapsed AS (
     -- Two walks in run_at order, each over a partial index of its own rows: the leased rows (few: the
     -- attempts running), of which those whose lease lapsed; and the rows no one holds, due now.
@@ -61,18 +65,14 @@ AS $$
        AND NOT EXISTS (SELECT 1 FROM execution_leases h
                         WHERE h.lease_token = c.lease_token AND h.expires_at >= clock_timestamp())
        AND NOT ledger_lease_held(c.lease_token)
-       AND NOT (untriggered_only AND EXISTS (
-             SELECT 1 FROM triggers t WHERE t.tenant_id = c.tenant_id AND t.event = 'financial.ActionExecution.updated'
-                AND t.enabled AND NOT t.deleted))
+       AND NOT (untriggered_only AND c.tenant_id IN (SELECT tenant_id FROM triggered))
      ORDER BY c.run_at
      LIMIT batch
      FOR UPDATE OF c SKIP LOCKED
   ), ready AS (
     SELECT c.tenant_id, c.execution_id, c.lease_token AS old_token, c.run_at FROM execution_queue c
      WHERE c.lease_token IS NULL AND c.run_at <= clock_timestamp()
-       AND NOT (untriggered_only AND EXISTS (
-             SELECT 1 FROM triggers t WHERE t.tenant_id = c.tenant_id AND t.event = 'financial.ActionExecution.updated'
-                AND t.enabled AND NOT t.deleted))
+       AND NOT (untriggered_only AND c.tenant_id IN (SELECT tenant_id FROM triggered))
      ORDER BY c.run_at
      LIMIT batch
      FOR UPDATE OF c SKIP LOCKED

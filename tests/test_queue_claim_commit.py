@@ -44,3 +44,20 @@ def test_the_claim_without_flush_wait_leaves_the_sessions_setting_as_it_was(api,
         conn.execute("SELECT set_config('ledger.tenant_id', %s, false)", (str(api.tenant_id),))
         running = conn.execute("SELECT status FROM executions WHERE id = %s", (rows[0]["execution_id"],)).fetchone()
         assert running["status"] == "RUNNING"
+
+
+def test_the_untriggered_claim_leaves_the_executions_of_a_tenant_with_a_status_trigger_to_the_claim_in_a_transaction(
+        api, other_api, db_url):
+    from trigger_helpers import create_trigger
+
+    watched_action = publish(api, tool("noop", NOOP))
+    create_trigger(api, watched_action, name="on_status", event="financial.ActionExecution.updated", condition="false")
+    watched = start(api, watched_action)
+    plain = start(other_api, publish(other_api, tool("noop", NOOP)))
+    with _app_connection(db_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT * FROM ledger_claim_untriggered('w', 10, 10, '{}')").fetchall()
+        assert [str(row["execution_id"]) for row in rows] == [plain["executionId"]]
+        conn.execute("BEGIN")
+        rows = conn.execute("SELECT * FROM ledger_claim_and_start('w', 10, 10, '{}')").fetchall()
+        conn.execute("ROLLBACK")
+        assert [str(row["execution_id"]) for row in rows] == [watched["executionId"]]
