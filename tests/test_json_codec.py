@@ -44,7 +44,8 @@ def test_integers_beyond_64_bits_keep_every_digit():
     assert load_json(b'[-18446744073709551617, 2]') == [-(2 ** 64) - 1, 2]
 
 
-@pytest.mark.parametrize("body", [b'{"x": NaN}', b'{"x": 1e999}', b'{"x": 1e-400}', b'{"x": "\\ud800"}', b'{"x": ', b'', b'[1,]'])
+@pytest.mark.parametrize("body", [b'{"x": NaN}', b'{"x": 1e999}', b'{"x": 1e-400}', b'{"x": "\\ud800"}', b'{"x": ', b'',
+                                  b'[1,]'])
 def test_what_is_not_json_is_refused_both_ways(body):
     with pytest.raises(ValueError):
         load_json(body)

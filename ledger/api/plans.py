@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphql import (
-    FieldNode, GraphQLError, GraphQLInputObjectType, GraphQLList, GraphQLNonNull, GraphQLObjectType, GraphQLResolveInfo, GraphQLScalarType,
-    GraphQLSchema, VariableNode,
+    FieldNode, GraphQLError, GraphQLInputObjectType, GraphQLList, GraphQLNonNull, GraphQLObjectType,
+    GraphQLResolveInfo, GraphQLScalarType, GraphQLSchema, VariableNode,
     OperationDefinitionNode, OperationType, get_operation_ast, is_abstract_type, is_leaf_type, is_list_type,
     is_non_null_type, is_object_type, located_error,
 )
