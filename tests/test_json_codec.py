@@ -65,36 +65,3 @@ def test_a_deeply_nested_body_reads_or_is_refused_the_same_either_way(depth):
     """orjson refuses nesting past 1,024 levels, the standard library past its recursion limit."""
     body = (b"[" * depth) + (b"]" * depth)
     assert _outcome(load_json, body) == _outcome(_load_exactly, body)
-
-
-# ---------------------------------------------------------------------------- json and jsonb columns
-
-from ledger.db.exact_json import loads_exactly  # noqa: E402
-
-
-def _read(loads, text):
-    try:
-        return _typed(loads(text))
-    except (ValueError, RecursionError) as error:
-        return type(error).__name__
-
-
-@pytest.mark.parametrize("text", [body for body in BODIES if not body.startswith(b"\xef")] + [
-    b'{"deep": ' + b"[" * 600 + b"]" * 600 + b"}", b'{"deeper": ' + b"[" * 1100 + b"]" * 1100 + b"}",
-    b"1e400", b"-1e400", b"1e-400", b'{"x": 2.5e999}'])
-def test_a_column_reads_as_json_loads_reads_it(text):
-    assert _read(loads_exactly, text) == _read(json.loads, text)
-    assert _read(loads_exactly, memoryview(text)) == _read(json.loads, text)
-
-
-def test_pooled_connections_read_jsonb_exactly(services, api):
-    """jsonb holds integers beyond 64 bits and decimals; a pooled connection reads them as json.loads does."""
-    import time
-
-    document = '{"big": 1180591620717411303424, "neg": -18446744073709551617, "f": 1.5, "i": 3, "s": "\\u00e9", "n": null}'
-    with services.db.transaction(api.tenant_id, deadline=time.monotonic() + 10) as conn:
-        row = conn.execute("SELECT %s::jsonb AS b, %s::json AS j, '[1, 2]'::jsonb AS plain",
-                           (document, document)).fetchone()
-    expected = json.loads(document)
-    assert _typed(row["b"]) == _typed(expected) and _typed(row["j"]) == _typed(expected)
-    assert row["b"]["big"] == 2 ** 70 and row["plain"] == [1, 2]

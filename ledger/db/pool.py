@@ -19,11 +19,9 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
-from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import InvalidInput, LedgerError, Retryable
-from .exact_json import loads_exactly
 
 APP_ROLE = "ledger_app"
 
@@ -197,9 +195,6 @@ class _Pool(ConnectionPool):
 
 def _configure(conn: psycopg.Connection) -> None:
     conn.execute(f"SET ROLE {APP_ROLE}")
-    # json and jsonb columns read by orjson when it reads them exactly (db/exact_json.py), by json.loads
-    # otherwise: the same values, ~5x faster for the records and policies every call reads.
-    set_json_loads(loads_exactly, conn)
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
 
 
