@@ -24,7 +24,42 @@ def load_json(body: bytes) -> Any:
 
     orjson reads an integer beyond 64 bits as a float, silently dropping digits, so a body that may hold
     one is read by the standard library, which keeps every integer exact (inputs are stored as received).
+
+    Every number orjson reads inexactly (an integer beyond 64 bits, an exponent that underflows) it reads
+    as a float, and a body it reads without a float anywhere is read as the standard library reads it: so
+    such a body is taken from orjson at once, and only one holding a float (or one orjson refuses) is
+    looked at closely (`_load_exactly`). Searching every body for a digit run cost ~33 µs for a 480-byte
+    invokeAction (its UUIDs are full of digits), against ~1 µs for orjson's read and ~1 µs for the walk.
     """
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return _load_exactly(body)
+    if _holds_float(value):
+        return _load_exactly(body)
+    return value
+
+
+def _holds_float(value: Any) -> bool:
+    """Whether a value read by orjson holds a float anywhere (keys are strings)."""
+    kind = type(value)
+    if kind is not dict and kind is not list:
+        return kind is float
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif kind is float:
+            return True
+    return False
+
+
+def _load_exactly(body: bytes) -> Any:
+    """The body as JSON, read by the standard library when it may hold a number orjson would read inexactly."""
     if not _LONG_DIGITS.search(body):
         try:
             return orjson.loads(body)

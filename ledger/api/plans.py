@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphql import (
-    FieldNode, GraphQLError, GraphQLList, GraphQLNonNull, GraphQLObjectType, GraphQLResolveInfo, GraphQLScalarType,
-    GraphQLSchema, VariableNode,
+    FieldNode, GraphQLError, GraphQLInputObjectType, GraphQLList, GraphQLNonNull, GraphQLObjectType,
+    GraphQLResolveInfo, GraphQLScalarType, GraphQLSchema, VariableNode,
     OperationDefinitionNode, OperationType, get_operation_ast, is_abstract_type, is_leaf_type, is_list_type,
     is_non_null_type, is_object_type, located_error,
 )
@@ -35,6 +35,8 @@ from graphql.pyutils import Path, Undefined, inspect, is_iterable
 from strawberry.relay.types import GlobalID
 from strawberry.types import Info
 from strawberry.types.base import StrawberryList, StrawberryMaybe, StrawberryOptional
+
+from .plan_inputs import input_builder
 
 _DEFINITION = "strawberry-definition"  # strawberry's back-reference from a GraphQL field to its own field
 
@@ -122,7 +124,7 @@ def _selection(schema: GraphQLSchema, parent: GraphQLObjectType, selection_set: 
         leaf_type = definition.type.of_type if is_non_null_type(definition.type) else definition.type
         leaf = leaf_type if (strawberry_field.base_resolver is None and not takes_arguments
                              and is_leaf_type(leaf_type)) else None
-        direct = _direct(definition, strawberry_field)
+        direct = _direct(definition, strawberry_field, schema)
         resolver = strawberry_field.base_resolver
         blind = direct is not None and (resolver is None or resolver.info_parameter is None)
         object_type = leaf_type if is_object_type(leaf_type) and leaf_type.is_type_of is None else None
@@ -170,19 +172,21 @@ def _wrapped(definition: Any) -> Any:
     return lambda source, info, args: resolve(source, info, **args)
 
 
-def _direct(definition: Any, field: Any) -> Any:
+def _direct(definition: Any, field: Any, schema: GraphQLSchema | None = None) -> Any:
     """The field's resolver called as strawberry's wrapper calls it, without the wrapper's per-call work
     (an Info, the argument conversion, the extension chain): None when the field needs that work.
 
     A field without a resolver reads its attribute (strawberry's `_get_basic_result`). A resolver gets its
     arguments by their Python names, unchanged: strawberry converts only input types, enums and IDs, and
-    this path takes only other scalars (plain, or optional); `self` is the source, `info` a strawberry
-    Info over graphql-core's, as the wrapper makes it."""
+    this path takes only other scalars (plain, or optional), and input objects of such scalars, built as
+    strawberry builds them (api/plan_inputs.py); `self` is the source, `info` a strawberry Info over
+    graphql-core's, as the wrapper makes it."""
     resolver = field.base_resolver
     if resolver is None:
         python_name, default = field.python_name, field.default_resolver
         return lambda source, info, args: default(source, python_name)
     names = []
+    builds = {}  # an input object argument's python name: how its instance is built (api/plan_inputs.py)
     for graphql_name, argument in definition.args.items():
         own = (argument.extensions or {}).get(_DEFINITION)
         if own is None:
@@ -192,7 +196,13 @@ def _direct(definition: Any, field: Any) -> Any:
             return None
         if isinstance(type_, StrawberryOptional):
             type_ = type_.of_type
-        if type_ is GlobalID or not isinstance(_named(argument.type), GraphQLScalarType) or isinstance(
+        if isinstance(_named(argument.type), GraphQLInputObjectType) and not isinstance(
+                type_, (StrawberryOptional, StrawberryList)) and schema is not None:
+            build = input_builder(schema, type_)
+            if build is None:
+                return None
+            builds[own.python_name] = build
+        elif type_ is GlobalID or not isinstance(_named(argument.type), GraphQLScalarType) or isinstance(
                 type_, (StrawberryOptional, StrawberryList)):
             return None
         names.append((graphql_name, own.python_name))
@@ -202,6 +212,10 @@ def _direct(definition: Any, field: Any) -> Any:
 
     def call(source: Any, info: GraphQLResolveInfo, args: dict) -> Any:
         kwargs = {python_name: args[graphql_name] for graphql_name, python_name in names if graphql_name in args}
+        for python_name, build in builds.items():
+            value = kwargs.get(python_name)
+            if value is not None:  # null stays null, as strawberry converts it
+                kwargs[python_name] = build(value)
         for name in given_source:
             kwargs[name] = source
         if info_name is not None:
