@@ -23,16 +23,13 @@ import io
 import os
 import pstats
 import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from . import workloads
-from .env import Cluster, Server
-from .fixtures import populate, prepare_database
-from .inprocess import post, run_with_app
+from .env import Cluster
+from .inprocess import populated, post, run_with_app
 
 
 class _Route:
@@ -116,15 +113,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="count instructions instead (run under `valgrind --tool=callgrind --instr-atstart=no`)")
     args = parser.parse_args(argv)
     cluster = Cluster()
-    server = None
     try:
         url = cluster.create_database("ledger")
-        tenant_id, client_id, token, secret = prepare_database(url)
-        server = Server(url, Path(tempfile.mkdtemp(prefix="ledger-asgi-mcp-")), workers=1)
-        fx = populate(url, server.url, tenant_id, client_id, token, secret, accounts=10)
+        fx, server = populated(url, accounts=10, workdir_prefix="ledger-asgi-mcp-")
         routes = {via: _Route(workloads.tool_call_spec(server, fx, via)) for via in args.via.split(",")}
-        server.stop()
-        server = None
+
         async def work(app):
             if args.callgrind:
                 await _count_instructions(app, routes, args.calls)
@@ -133,8 +126,6 @@ def main(argv: list[str] | None = None) -> int:
 
         run_with_app(url, work)
     finally:
-        if server is not None:
-            server.stop()
         cluster.stop()
     return 0
 

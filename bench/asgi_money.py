@@ -24,17 +24,14 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import psycopg
 
-from .asgi_tree import _children, _cpu_of, _postgres_pids
-from .env import Cluster, Server
-from .fixtures import INVOKE, populate, prepare_database
-from .inprocess import post_graphql, run_with_app
+from .env import Cluster, children, cpu_seconds
+from .fixtures import INVOKE
+from .inprocess import populated, post_graphql, run_with_app
 
 
 class _Money:
@@ -92,13 +89,11 @@ async def _run(app, money: _Money, url: str, cluster: Cluster, calls: int, repea
     thread = _request_thread_clock()
     rows = {"process": [], "request thread": [], "sandbox": [], "PostgreSQL": [], "wall": []}
     for r in range(repeat):
-        pg_pids, sandbox_pids = _postgres_pids(cluster), _children(os.getpid())
-        before = (time.perf_counter(), time.process_time(), thread[0], sum(map(_cpu_of, sandbox_pids)),
-                  sum(map(_cpu_of, pg_pids)))
+        sandbox_pids = children(os.getpid())
+        before = (time.perf_counter(), time.process_time(), thread[0], cpu_seconds(sandbox_pids), cluster.cpu())
         for _ in range(calls):
             await money.once(app)
-        after = (time.perf_counter(), time.process_time(), thread[0], sum(map(_cpu_of, sandbox_pids)),
-                 sum(map(_cpu_of, pg_pids)))
+        after = (time.perf_counter(), time.process_time(), thread[0], cpu_seconds(sandbox_pids), cluster.cpu())
         wall, process, request, sandbox, postgres = ((a - b) / calls * 1e6 for a, b in zip(after, before))
         for key, value in zip(rows, (process, request, sandbox, postgres, wall)):
             rows[key].append(value)
@@ -151,23 +146,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="count instructions instead (run under `valgrind --tool=callgrind --instr-atstart=no`)")
     args = parser.parse_args(argv)
     cluster = Cluster()
-    server = None
     try:
         url = cluster.create_database("ledger")
-        tenant_id, client_id, token, secret = prepare_database(url)
-        server = Server(url, Path(tempfile.mkdtemp(prefix="ledger-asgi-money-")), workers=1)
-        fx = populate(url, server.url, tenant_id, client_id, token, secret, accounts=50)
-        server.stop()
-        server = None
-        money = _Money(token, fx.transfer_tool, fx.accounts)
+        fx, _server = populated(url, accounts=50, workdir_prefix="ledger-asgi-money-")
+        money = _Money(fx.token, fx.transfer_tool, fx.accounts)
 
         async def work(app):
             await _run(app, money, url, cluster, args.calls, args.repeat, args.profile, args.callgrind)
 
         run_with_app(url, work)
     finally:
-        if server is not None:
-            server.stop()
         cluster.stop()
     return 0
 

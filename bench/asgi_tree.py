@@ -27,41 +27,9 @@ import uuid
 
 import psycopg
 
-from .env import Cluster
+from .env import Cluster, children, cpu_seconds
 from .fixtures import CREATE_TOOL, INVOKE, READS_SRC, prepare_database
 from .inprocess import post_graphql, run_with_app
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_of(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
-
-
-def _children(ppid: int) -> list[int]:
-    pids = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as stat:
-                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == ppid:
-                        pids.append(int(name))
-            except OSError:
-                pass
-    return pids
-
-
-def _postgres_pids(cluster: Cluster) -> list[int]:
-    """The postmaster and its children (the backends, the WAL writer, ...): PostgreSQL's CPU."""
-    with open(cluster.pg.data / "postmaster.pid") as pid_file:
-        postmaster = int(pid_file.readline())
-    return [postmaster] + _children(postmaster)
-
 
 def _callgrind(*flags: str) -> None:
     """Drive the callgrind this process runs under (`--callgrind`)."""
@@ -124,14 +92,11 @@ async def _run(app, token: str, url: str, tenant_id, cluster: Cluster, reads: in
         return
     walls, cpus, sandboxes, postgres, floors = [], [], [], [], []
     for i in range(repeat + 1):
-        pg_pids = _postgres_pids(cluster)
-        sandbox_pids = _children(os.getpid())
-        before = (time.perf_counter(), time.process_time(), sum(map(_cpu_of, sandbox_pids)),
-                  sum(map(_cpu_of, pg_pids)))
+        sandbox_pids = children(os.getpid())
+        before = (time.perf_counter(), time.process_time(), cpu_seconds(sandbox_pids), cluster.cpu())
         out = await data(INVOKE, {"id": tool, "input": {"executionId": str(uuid.uuid4()),
                                                          "input": {"account_id": account, "n": reads}}})
-        after = (time.perf_counter(), time.process_time(), sum(map(_cpu_of, sandbox_pids)),
-                 sum(map(_cpu_of, pg_pids)))
+        after = (time.perf_counter(), time.process_time(), cpu_seconds(sandbox_pids), cluster.cpu())
         assert out["actions"]["invokeAction"]["status"] == "SUCCEEDED", out
         if i:  # the first warms the executor and the caches
             walls.append(after[0] - before[0])

@@ -136,7 +136,8 @@ class DurableCommits:
 # ---------------------------------------------------------------------------- processes
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`, running now."""
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -155,7 +156,7 @@ def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU time of processes (and of their children still running, e.g. sandboxes)."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0
-    for pid in pids + [c for p in pids for c in _children(p)]:
+    for pid in pids + [c for p in pids for c in children(p)]:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
@@ -295,7 +296,7 @@ class Server:
             return [self.process.pid]
         # uvicorn's supervisor runs the workers as its children (a multiprocessing resource tracker too).
         pids = []
-        for pid in _children(self.process.pid):
+        for pid in children(self.process.pid):
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
@@ -310,7 +311,7 @@ class Server:
     def peak_rss(self) -> dict:
         """Peak RSS of each server process, and of the sandbox executors it runs."""
         servers = [peak_rss_mib(pid) for pid in self.worker_pids()]
-        sandboxes = [peak_rss_mib(child) for pid in self.worker_pids() for child in _children(pid)]
+        sandboxes = [peak_rss_mib(child) for pid in self.worker_pids() for child in children(pid)]
         return {"server_mib": max((s for s in servers if s), default=None),
                 "sandbox_mib": max((s for s in sandboxes if s), default=None)}
 

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
+from pathlib import Path
 from typing import Awaitable, Callable
+
+from .env import Server
+from .fixtures import Fixtures, populate, prepare_database
 
 
 def _scope(path: str, headers: dict[str, str], body: bytes) -> dict:
@@ -57,3 +62,16 @@ def run_with_app(database_url: str, work: Callable[[object], Awaitable[None]]) -
     import uvloop
 
     uvloop.run(main_async())
+
+
+def populated(database_url: str, *, accounts: int, workdir_prefix: str) -> tuple[Fixtures, Server]:
+    """The bench's fixtures on a fresh database, created through the API as `make bench` creates them, by
+    a `ledger serve` started for that alone and stopped before this returns (its URLs still name the
+    routes the fixtures use)."""
+    tenant_id, client_id, token, secret = prepare_database(database_url)
+    server = Server(database_url, Path(tempfile.mkdtemp(prefix=workdir_prefix)), workers=1)
+    try:
+        fixtures = populate(database_url, server.url, tenant_id, client_id, token, secret, accounts=accounts)
+    finally:
+        server.stop()
+    return fixtures, server
