@@ -126,11 +126,11 @@ def storable_json(value: Any) -> str:
         fast = None
     if fast is not None and _plain(value):
         text = fast.decode()
-        return text if "\\u0000" not in text else _NUL_ESCAPE.sub(lambda m: m.group(1) + "\\ufffd", text)
-    try:
-        text = json.dumps(value, allow_nan=False)
-    except ValueError:
-        text = json.dumps(_named_non_finite(value), allow_nan=False)
+    else:
+        try:
+            text = json.dumps(value, allow_nan=False)
+        except ValueError:
+            text = json.dumps(_named_non_finite(value), allow_nan=False)
     if "\\u0000" not in text:
         return text
     return _NUL_ESCAPE.sub(lambda m: m.group(1) + "\\ufffd", text)
