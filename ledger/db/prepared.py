@@ -56,7 +56,6 @@ def _internals_present() -> bool:
 SUPPORTED = _internals_present()
 
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
-_COMMAND_OK = pq.ExecStatus.COMMAND_OK
 _TEXT = pq.Format.TEXT
 
 
@@ -80,8 +79,9 @@ class PreparedRead:
 
 def fetch_one(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> dict | None:
     """`conn.execute(statement.sql, params).fetchone()`, as a dict row: the same row, or the same error."""
-    if (conn._pipeline is None and not getattr(conn, "ledger_deferred", None) and not conn.closed
-            and len(params) == statement.count and not _past_deadline(conn)):
+    # The count first: it is -1 when this psycopg lacks the parts below, which are then never touched.
+    if (len(params) == statement.count and conn._pipeline is None and not getattr(conn, "ledger_deferred", None)
+            and not conn.closed and not _past_deadline(conn)):
         try:
             row = _fetch_one(conn, statement, params)
         except pgerrors._NO_TRACEBACK as ex:  # as psycopg's cursor raises them: without its frames
