@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 from ..db.paging import page_visible
 from ..metrics import calls_finished, json_size
 from ..scope import Scope
-from ..values import storable_json
+from ..values import storable_json, storable_json_around
 
 EXECUTION = "financial.ActionExecution.document"
 EXECUTION_INDEX = "financial.ActionExecution.indexes.children"
@@ -303,12 +303,56 @@ _FLUSH = (
 )
 
 
-def _str(value: uuid.UUID | None) -> str | None:
-    return None if value is None else str(value)
+# The columns a row holds as UUIDs and timestamps (see _rows).
+_UUID_COLUMNS = ("id", "action_id", "parent_execution_id", "root_execution_id", "client_id", "session_id",
+                 "mcp_server_id")
+_TIME_COLUMNS = ("started_at", "finished_at")
 
 
-def _time(value: datetime.datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
+def _rows(pending: list[PendingExecution]) -> list[dict]:
+    """The rows `_FLUSH` reads, with their ids as UUIDs and their times as datetimes, as the calls hold them."""
+    return [{
+        "id": p.execution_id, "action_id": p.action_id, "action_version": p.action_version,
+        "status": p.status, "parent_execution_id": p.parent_execution_id,
+        "root_execution_id": p.root_execution_id, "call_sequence": p.call_sequence, "depth": p.depth,
+        "attempts": p.attempt, "client_id": p.client_id, "event": [p.event], "input": [p.input],
+        "session_id": p.session_id, "parent_attempt": p.parent_attempt, "rolled_back": p.rolled_back,
+        "mcp_server_id": p.mcp_server_id, "output": [p.output], "error": [p.error] if p.error else None,
+        "tools": [p.tools], "logs": [p.logs], "started_at": p.started_at,
+        "finished_at": p.finished_at, "duration_ms": p.duration_ms, "output_bytes": p.result_bytes(),
+        "usage": [p.usage] if p.usage else None,
+    } for p in pending]
+
+
+def _given_values(pending: list[PendingExecution]) -> list:
+    """The values in the calls' rows that the calls were given or made (events, inputs, outputs, errors,
+    tools, logs, usage), which alone may hold what orjson writes otherwise than json.dumps. A native call's
+    input is its event's data (the same object): walked once, with the event."""
+    values: list = []
+    for p in pending:
+        values += (p.event, p.output, p.error, p.tools, p.logs, p.usage)
+        if type(p.event) is not dict or p.event.get("data") is not p.input:
+            values.append(p.input)
+    return values
+
+
+def _rows_json(pending: list[PendingExecution]) -> str:
+    """The tree's rows as one JSON document (storable_json: a NUL or a NaN anywhere in it is recorded as
+    each value alone would be). orjson writes the UUIDs and datetimes the records code put in the rows as
+    str() and isoformat() would, in Rust, so a tree of 1,000 children converts none of them in Python and
+    walks only what its calls were given; anything else writes them as text and takes storable_json."""
+    rows = _rows(pending)
+    text = storable_json_around(rows, _given_values(pending))
+    if text is not None:
+        return text
+    for row in rows:
+        for column in _UUID_COLUMNS:
+            if row[column] is not None:
+                row[column] = str(row[column])
+        for column in _TIME_COLUMNS:
+            if row[column] is not None:
+                row[column] = row[column].isoformat()
+    return storable_json(rows)
 
 
 def flush(scope: Scope, pending: list[PendingExecution],
@@ -322,23 +366,11 @@ def flush(scope: Scope, pending: list[PendingExecution],
     if not pending:
         return scope.one("SELECT now() AS now")["now"]
     mark_rolled_back(pending, above)
-    # One statement: both inserts and now(), over the rows sent as one JSON document, serialized once
-    # (storable_json: a NUL or a NaN anywhere in it is recorded as each value alone would be). A call tree
-    # of 1,000 graphql() reads must not spend more writing its records than running its reads, and a
-    # money call must not pay a pipeline (psycopg's machinery costs more client CPU than the round trips
-    # it saves on a local socket) nor an array adapter per column.
-    rows = [{
-        "id": str(p.execution_id), "action_id": str(p.action_id), "action_version": p.action_version,
-        "status": p.status, "parent_execution_id": _str(p.parent_execution_id),
-        "root_execution_id": str(p.root_execution_id), "call_sequence": p.call_sequence, "depth": p.depth,
-        "attempts": p.attempt, "client_id": str(p.client_id), "event": [p.event], "input": [p.input],
-        "session_id": _str(p.session_id), "parent_attempt": p.parent_attempt, "rolled_back": p.rolled_back,
-        "mcp_server_id": _str(p.mcp_server_id), "output": [p.output], "error": [p.error] if p.error else None,
-        "tools": [p.tools], "logs": [p.logs], "started_at": _time(p.started_at),
-        "finished_at": _time(p.finished_at), "duration_ms": p.duration_ms, "output_bytes": p.result_bytes(),
-        "usage": [p.usage] if p.usage else None,
-    } for p in pending]
-    now = scope.one(_FLUSH, (storable_json(rows), scope.tenant_id, scope.trigger_depth, scope.tenant_id))["now"]
+    # One statement: both inserts and now(), over the rows sent as one JSON document, serialized once. A
+    # call tree of 1,000 graphql() reads must not spend more writing its records than running its reads,
+    # and a money call must not pay a pipeline (psycopg's machinery costs more client CPU than the round
+    # trips it saves on a local socket) nor an array adapter per column.
+    now = scope.one(_FLUSH, (_rows_json(pending), scope.tenant_id, scope.trigger_depth, scope.tenant_id))["now"]
     calls_finished(scope.tenant_id, pending)
     for call in pending:
         if call.parent_execution_id is None:
