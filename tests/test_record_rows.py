@@ -1,15 +1,17 @@
 """A call tree's records as `records.flush` sends them: the rows' JSON with its UUIDs and timestamps
-written by orjson is the text the general path (str(), isoformat(), storable_json) writes, byte for byte,
-and a tree stored either way reads back the same."""
+written by orjson is the text the general path (str(), isoformat(), storable_json) writes, byte for byte;
+a tree stored either way reads back the same, and what is stored is what its calls held."""
 
 from __future__ import annotations
 
 import datetime
+import json
 import random
 import uuid
 from dataclasses import replace
 
 import psycopg
+import psycopg.rows
 import pytest
 
 from ledger.executions import records
@@ -21,16 +23,10 @@ from invoke_helpers import invoke, publish, tool
 _UTC = datetime.timezone.utc
 
 
-def _as_text(row: dict) -> dict:
+def _as_text(row: list) -> list:
     """A row with its ids and times written out, as the general path writes them."""
-    converted = {}
-    for column, value in row.items():
-        if isinstance(value, uuid.UUID):
-            value = str(value)
-        elif isinstance(value, datetime.datetime):
-            value = value.isoformat()
-        converted[column] = value
-    return converted
+    return [str(value) if isinstance(value, uuid.UUID) else
+            value.isoformat() if isinstance(value, datetime.datetime) else value for value in row]
 
 
 def _general_text(pending: list[PendingExecution]) -> str:
@@ -132,3 +128,47 @@ def test_a_tree_stored_through_orjsons_ids_and_times_reads_back_as_through_the_g
     fast_rows, general_rows = (_stored_children(db_url, run["executionId"]) for run in (fast, general))
     assert len(fast_rows[0]) == len(fast_rows[1]) == 5
     assert fast_rows == general_rows
+
+
+def _as_stored(value):
+    """A value as jsonb gives it back (a NUL recorded as U+FFFD)."""
+    return json.loads(storable_json(value))
+
+
+def test_every_column_of_a_trees_records_is_what_its_calls_held(api, db_url, monkeypatch):
+    written: list[PendingExecution] = []
+    rows_json = records._rows_json
+
+    def capturing(pending):
+        written.extend(pending)
+        return rows_json(pending)
+
+    monkeypatch.setattr(records, "_rows_json", capturing)
+    account = api.gql('mutation { financial { createAccount(id: "%s", input: {name: "a", currency: "USD"})'
+                      ' { id } } }' % uuid.uuid4())["financial"]["createAccount"]["id"]
+    written.clear()
+    root = invoke(api, publish(api, tool("tree", _TREE_SRC)), {"account_id": account, "n": 2})["executionId"]
+    assert [str(call.root_execution_id) for call in written] == [root] * 5
+    with psycopg.connect(db_url, row_factory=psycopg.rows.dict_row) as conn:
+        for call in written:
+            execution = conn.execute("SELECT * FROM executions WHERE id = %s", (call.execution_id,)).fetchone()
+            invocation = conn.execute("SELECT * FROM invocations WHERE execution_id = %s", (call.execution_id,)).fetchone()
+            assert {key: execution[key] for key in (
+                "action_id", "action_version", "status", "parent_execution_id", "root_execution_id", "call_sequence",
+                "depth", "attempts", "client_id", "event", "input", "session_id", "parent_attempt", "rolled_back",
+                "mcp_server_id", "trigger_depth")} == {
+                "action_id": call.action_id, "action_version": call.action_version, "status": call.status,
+                "parent_execution_id": call.parent_execution_id, "root_execution_id": call.root_execution_id,
+                "call_sequence": call.call_sequence, "depth": call.depth, "attempts": call.attempt,
+                "client_id": call.client_id, "event": _as_stored(call.event), "input": _as_stored(call.input),
+                "session_id": call.session_id, "parent_attempt": call.parent_attempt, "rolled_back": call.rolled_back,
+                "mcp_server_id": call.mcp_server_id, "trigger_depth": 0}
+            assert {key: invocation[key] for key in (
+                "attempt", "input", "output", "error", "tools", "logs", "started_at", "finished_at", "duration_ms",
+                "output_bytes", "usage")} == {
+                "attempt": call.attempt, "input": _as_stored(call.input), "output": _as_stored(call.output),
+                "error": _as_stored(call.error) if call.error else None, "tools": _as_stored(call.tools),
+                "logs": _as_stored(call.logs), "started_at": call.started_at, "finished_at": call.finished_at,
+                "duration_ms": call.duration_ms, "output_bytes": call.result_bytes(),
+                "usage": _as_stored(call.usage) if call.usage else None}
+    assert sorted(call.status for call in written) == ["FAILED", "SUCCEEDED", "SUCCEEDED", "SUCCEEDED", "SUCCEEDED"]
