@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import threading
+from bisect import bisect_left
 from collections.abc import Iterable
 from typing import Any
 
@@ -130,6 +131,13 @@ def call_finished(tenant_id: Any, *, execution_id: Any, root_execution_id: Any, 
     action = action or "unknown"
     code = error.get("code") if error else None
     observe_call(kind, action, status, code, duration_ms / 1000 if duration_ms is not None else None, output_bytes)
+    _log_call(tenant_id, execution_id, root_execution_id, action, action_version, status, code, duration_ms,
+              output_bytes, attempt, depth)
+
+
+def _log_call(tenant_id: Any, execution_id: Any, root_execution_id: Any, action: str, action_version: int,
+              status: str, code: str | None, duration_ms: float | None, output_bytes: int | None, attempt: int,
+              depth: int) -> None:
     level = logging.INFO if depth == 0 else logging.DEBUG
     if call_log.isEnabledFor(level):
         call_log.log(level, "call %s %s", action, status.lower(), extra={
@@ -140,15 +148,64 @@ def call_finished(tenant_id: Any, *, execution_id: Any, root_execution_id: Any, 
 
 
 def calls_finished(tenant_id: Any, calls: list) -> None:
-    """The calls of a tree, written together: each call, and the tree's size when it starts at its root."""
+    """The calls of a tree, written together: each call, and the tree's size when it starts at its root.
+
+    Every call is counted and observed as `call_finished` would count and observe it, in one pass: the
+    counts summed per label set, each histogram's observations sorted into its buckets and added once per
+    bucket (a tree of 1,000 reads would otherwise take 1,000 label lookups and locked updates per family)."""
+    counts: dict[tuple, int] = {}
+    seconds: dict[tuple, list[float]] = {}
+    sizes: list[int] = []
+    debug = call_log.isEnabledFor(logging.DEBUG)
     for call in calls:
-        call_finished(tenant_id, execution_id=call.execution_id, root_execution_id=call.root_execution_id,
-                      action=call.action_name, action_version=call.action_version, status=call.status,
-                      error=call.error, duration_ms=call.duration_ms, output_bytes=call.result_bytes(),
-                      attempt=call.attempt, depth=call.depth,
-                      kind=call.action_kind)
+        kind = call.action_kind if call.action_kind in KINDS else "unknown"
+        action = (call.action_name or "unknown") if _per_action else ""
+        error = call.error
+        code = error.get("code") if error else None
+        key = (kind, action, call.status, code or "none")
+        counts[key] = counts.get(key, 0) + 1
+        duration_ms = call.duration_ms
+        if duration_ms is not None:
+            seconds.setdefault((kind, action), []).append(max(0.0, duration_ms / 1000))
+        output_bytes = call.result_bytes()
+        if output_bytes is not None and output_bytes >= 0:
+            sizes.append(output_bytes)
+        if call.depth == 0 or debug:
+            _log_call(tenant_id, call.execution_id, call.root_execution_id, call.action_name or "unknown",
+                      call.action_version, call.status, code, duration_ms,
+                      output_bytes, call.attempt, call.depth)
+    for key, count in counts.items():
+        CALLS.labels(*key).inc(count)
+    for key, values in seconds.items():
+        _observe_all(CALL_SECONDS.labels(*key), values)
+    _observe_all(CALL_OUTPUT_BYTES, sizes)
     if calls and calls[0].parent_execution_id is None:
         observe_tree(len(calls))
+
+
+def _observe_all(histogram: Histogram, values: list) -> None:
+    """`histogram.observe` of each value, its buckets and sum updated once each. Reads prometheus-client's
+    per-child state (`_upper_bounds`, `_buckets`, `_sum`, as its own `observe` does); a client without it
+    observes the values one by one."""
+    try:
+        bounds, buckets, total = histogram._upper_bounds, histogram._buckets, histogram._sum
+    except AttributeError:
+        for value in values:
+            histogram.observe(value)
+        return
+    if not values:
+        return
+    per_bucket = [0] * len(bounds)
+    last = len(bounds) - 1
+    for value in values:
+        index = bisect_left(bounds, value)
+        # observe counts a value in the first bucket whose bound it does not exceed (NaN: in none).
+        if index <= last and value <= bounds[index]:
+            per_bucket[index] += 1
+    total.inc(sum(values))
+    for index, count in enumerate(per_bucket):
+        if count:
+            buckets[index].inc(count)
 
 
 # ---------------------------------------------------------------------------- pools

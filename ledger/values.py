@@ -131,6 +131,23 @@ def storable_json(value: Any) -> str:
             text = json.dumps(value, allow_nan=False)
         except ValueError:
             text = json.dumps(_named_non_finite(value), allow_nan=False)
+    return _nul_replaced(text)
+
+
+def storable_json_around(value: Any, open_parts: list) -> str | None:
+    """`storable_json`'s text for `value`, whose caller built every part of it but `open_parts` (the values
+    it was given) from types orjson writes as the caller means them (e.g. UUIDs and timestamps, which
+    json.dumps refuses), so that only `open_parts` need the walk; None when an open part is one that
+    orjson writes otherwise than json.dumps, or orjson refuses the value: the caller then writes `value`'s
+    parts as text and takes `storable_json`."""
+    try:
+        text = orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError):  # as in storable_json; a cycle ends here, before the walk
+        return None
+    return _nul_replaced(text.decode()) if _plain(open_parts) else None
+
+
+def _nul_replaced(text: str) -> str:
     if "\\u0000" not in text:
         return text
     return _NUL_ESCAPE.sub(lambda m: m.group(1) + "\\ufffd", text)

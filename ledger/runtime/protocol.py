@@ -8,7 +8,8 @@ its size before building or reading it, and lets the executor produce it with St
 
 The server encodes with orjson. orjson refuses integers beyond 64 bits (Starlark and the inputs
 allow them) and would *decode* them as floats, so such values are encoded with the standard library,
-and any payload with a run of 19 or more digits is decoded with the standard library.
+and a payload that orjson reads with a float in it and that holds a run of 19 or more digits is decoded
+with the standard library.
 
 Message kinds (server -> executor): run, source, reply, compile.
 (executor -> server): ready, need_source, call, done, problems.
@@ -76,9 +77,44 @@ def encode_payload(value: Any) -> bytes:
 
 
 def decode_payload(data: bytes) -> Any:
+    """The payload's value, every integer exact.
+
+    Every number orjson reads inexactly (an integer beyond 64 bits) it reads as a float, so a payload it
+    reads without a float anywhere is what the standard library would read, and is taken at once; only one
+    holding a float, or one orjson refuses, is searched for a long digit run (`_decode_exactly`). The search
+    of every payload cost twice the read and the walk for a graphql() call's frame (2.6 against 1.3 µs),
+    15 times for a 10 KB string."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _decode_exactly(data)
+    return _decode_exactly(data) if _holds_float(value) else value
+
+
+def _decode_exactly(data: bytes) -> Any:
     if _LONG_DIGIT_RUN.search(data):
         return json.loads(data)
     return orjson.loads(data)
+
+
+def _holds_float(value: Any) -> bool:
+    """Whether a value orjson read holds a float anywhere (its keys are strings)."""
+    kind = type(value)
+    if kind is float:
+        return True
+    if kind is not dict and kind is not list:
+        return False
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is dict:
+            pending.extend(item.values())
+        elif kind is list:
+            pending.extend(item)
+        elif kind is float:
+            return True
+    return False
 
 
 def _require_string_keys(value: Any) -> None:
