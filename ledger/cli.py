@@ -315,7 +315,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
     from .models import load_models
     from .queue.worker import Worker
-    from .wiring import open_services
+    from .wiring import freeze_startup_heap, open_services
 
     models = load_models(settings.models_file)  # an invalid file stops the worker before it attaches
     attached = attach(settings)
@@ -325,6 +325,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         signal.signal(sig, lambda *_: stop.set())
     worker = Worker(services, concurrency=args.concurrency or settings.worker_concurrency,
                     lease_seconds=settings.lease_seconds).start()
+    freeze_startup_heap()
     print(f"worker {worker.name} running", flush=True)
     sampler = _serve_worker_metrics(args.metrics_port, settings, services) if args.metrics_port else None
     try:
