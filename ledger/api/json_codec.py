@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from ..json_floats import holds_float
 from .scalars import FLOAT_RANGE_HINT, beyond_float_range
 
 # A run of 19 digits is the shortest text of an integer orjson cannot hold exactly (2**63 has 19); an
@@ -35,27 +36,9 @@ def load_json(body: bytes) -> Any:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
         return _load_exactly(body)
-    if _holds_float(value):
+    if holds_float(value):
         return _load_exactly(body)
     return value
-
-
-def _holds_float(value: Any) -> bool:
-    """Whether a value read by orjson holds a float anywhere (keys are strings)."""
-    kind = type(value)
-    if kind is not dict and kind is not list:
-        return kind is float
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is dict:
-            stack.extend(item.values())
-        elif kind is list:
-            stack.extend(item)
-        elif kind is float:
-            return True
-    return False
 
 
 def _load_exactly(body: bytes) -> Any:

@@ -30,6 +30,8 @@ from typing import Any
 
 import orjson
 
+from ..json_floats import holds_float
+
 _HEADER = struct.Struct("!II")
 
 # Envelopes carry kinds, keys, failure texts and bounded logs: never more than this.
@@ -88,33 +90,13 @@ def decode_payload(data: bytes) -> Any:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
         return _decode_exactly(data)
-    return _decode_exactly(data) if _holds_float(value) else value
+    return _decode_exactly(data) if holds_float(value) else value
 
 
 def _decode_exactly(data: bytes) -> Any:
     if _LONG_DIGIT_RUN.search(data):
         return json.loads(data)
     return orjson.loads(data)
-
-
-def _holds_float(value: Any) -> bool:
-    """Whether a value orjson read holds a float anywhere (its keys are strings)."""
-    kind = type(value)
-    if kind is float:
-        return True
-    if kind is not dict and kind is not list:
-        return False
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        kind = type(item)
-        if kind is dict:
-            pending.extend(item.values())
-        elif kind is list:
-            pending.extend(item)
-        elif kind is float:
-            return True
-    return False
 
 
 def _require_string_keys(value: Any) -> None:
