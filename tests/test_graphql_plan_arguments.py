@@ -1,8 +1,9 @@
-"""A plan reads literal input objects of variables itself (api/plans.py `_arguments`), answering exactly
-what graphql-core's `get_variable_values`, `get_argument_values` and `coerce_input_literal` answer: the
-same values, of the same types, in the same key order; and where graphql-core answers an error, the plan
-gives way to it (None or Undefined), so that graphql-core reports it. No database: the plans are made on
-the ledger's schema, or on a schema built here for the corner cases of input objects."""
+"""A plan coerces input-object variables and reads literal input objects of variables itself (api/plans.py
+`_variables`, `_arguments`), answering exactly what graphql-core's `get_variable_values`,
+`get_argument_values` and `coerce_input_literal` answer: the same values, of the same types, in the same
+key order; and where graphql-core answers an error, the plan gives way to it (None or Undefined), so that
+graphql-core reports it. No database: the plans are made on the ledger's schema, or on a schema built here
+for the corner cases of input objects."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from ledger.api import plans
 from ledger.api.schema import schema
 
 _SCHEMA = schema._schema
+INVOKE = """mutation($id: UUID!, $input: InvokeActionInput!) { actions { invokeAction(id: $id, input: $input) {
+  status } } }"""
 TRANSFER = """mutation($id: UUID!, $from: UUID!, $to: UUID!, $amount: Int64!, $memo: String) { financial {
   createTransfer(id: $id, input: {fromAccountId: $from, toAccountId: $to, amount: $amount, memo: $memo}) { id } } }"""
 TRANSFER_WITHOUT_MEMO = """mutation($id: UUID!, $from: UUID!, $to: UUID!) { financial {
@@ -60,6 +63,33 @@ def _variables_both_ways(document: str, raw: dict):
     return plan_, planned
 
 
+_EXECUTION = str(uuid.uuid4())
+
+
+@pytest.mark.parametrize("value", [
+    {"executionId": _EXECUTION},
+    {"executionId": _EXECUTION, "input": {"a": [1, {"b": None}], "c": "d"}, "actionVersion": 2},
+    {"executionId": _EXECUTION, "input": None, "actionVersion": None, "sessionId": None},
+    {"executionId": _EXECUTION, "sessionId": str(uuid.uuid4())},
+    {},  # a required field missing
+    {"executionId": "not a uuid"},
+    {"executionId": _EXECUTION, "unknown": 1},
+    {"executionId": _EXECUTION, "actionVersion": "2"},
+    {"executionId": None},
+    None,
+    "a string",
+    [{"executionId": _EXECUTION}],
+    {"executionId": _EXECUTION, "input": {"a": {"b": {"c": [[[1]]]}}}},
+])
+def test_an_input_object_variable_coerces_as_graphql_core_coerces_it(value):
+    raw = {"id": str(uuid.uuid4()), "input": value}
+    _variables_both_ways(INVOKE, raw)
+
+
+def test_a_missing_input_object_variable_gives_way_to_graphql_cores_error():
+    assert _variables_both_ways(INVOKE, {"id": str(uuid.uuid4())})[1] is None
+
+
 def _arguments_both_ways(document: str, raw: dict) -> dict | None:
     plan_, variables = _variables_both_ways(document, raw)
     assert variables is not None
@@ -87,6 +117,11 @@ def test_a_literal_input_object_with_a_constant_and_a_field_left_out_reads_as_gr
     arguments = _arguments_both_ways(TRANSFER_WITHOUT_MEMO,
                                      {"id": str(uuid.uuid4()), "from": str(uuid.uuid4()), "to": str(uuid.uuid4())})
     assert arguments is not None and arguments["input"]["amount"] == 7 and arguments["input"]["memo"] is None
+
+
+def test_an_input_object_variable_given_as_an_argument_reads_as_graphql_core_reads_it():
+    arguments = _arguments_both_ways(INVOKE, {"id": str(uuid.uuid4()), "input": {"executionId": _EXECUTION}})
+    assert arguments is not None and arguments["input"] == {"executionId": uuid.UUID(_EXECUTION)}
 
 
 _CORNERS = build_schema("""

@@ -31,9 +31,11 @@ from graphql import (
 )
 from graphql.execution.executor import invalid_return_type_error
 from graphql.execution.get_variable_signature import get_variable_signature
-from graphql.execution.values import VariableValues, VariableValueSource, get_argument_values, get_variable_values
+from graphql.execution.values import (
+    VariableValues, VariableValueSource, get_argument_values, get_variable_values, input_is_nested_too_deeply,
+)
 from graphql.pyutils import Path, Undefined, inspect, is_iterable
-from graphql.utilities.coerce_input_value import coerce_default_value, coerce_input_literal
+from graphql.utilities.coerce_input_value import coerce_default_value, coerce_input_literal, coerce_input_value
 from strawberry.relay.types import GlobalID
 from strawberry.types import Info
 from strawberry.types.base import StrawberryList, StrawberryMaybe, StrawberryOptional
@@ -78,9 +80,9 @@ class Plan:
     root_type: GraphQLObjectType
     fields: tuple[_Field, ...]
     serially: bool
-    # When every variable is of a scalar or enum type without a default: ((name, its signature, its leaf
-    # type, whether it is non-null), ...), coerced by `_variables` as graphql-core's `get_variable_values`
-    # coerces them; None: that function itself.
+    # When no variable has a default: ((name, its signature, its scalar or enum type or None for any other,
+    # whether it is non-null), ...), coerced by `_variables` as graphql-core's `get_variable_values` coerces
+    # them; None: that function itself.
     variables: tuple[tuple[str, Any, Any, bool], ...] | None = None
 
 
@@ -206,8 +208,8 @@ def _literal_object(type_: Any, node: ObjectValueNode) -> _LiteralObject | None:
 
 
 def _plain_variables(schema: GraphQLSchema, operation: OperationDefinitionNode) -> tuple | None:
-    """The operation's variables as `_variables` coerces them, when each is of a scalar or enum type (non-null
-    or not) without a default value; None otherwise."""
+    """The operation's variables as `_variables` coerces them, when none has a default value; None
+    otherwise."""
     variables = []
     for node in operation.variable_definitions or ():
         signature = get_variable_signature(schema, node)
@@ -215,9 +217,7 @@ def _plain_variables(schema: GraphQLSchema, operation: OperationDefinitionNode) 
             return None
         non_null = is_non_null_type(signature.type)
         leaf = signature.type.of_type if non_null else signature.type
-        if not is_leaf_type(leaf):
-            return None
-        variables.append((signature.name, signature, leaf, non_null))
+        variables.append((signature.name, signature, leaf if is_leaf_type(leaf) else None, non_null))
     return tuple(variables)
 
 
@@ -296,14 +296,29 @@ def plan(schema: GraphQLSchema, document: Any, operation_name: str | None) -> Pl
 
 
 def _variables(plan_: Plan, raw: dict) -> VariableValues | None:
-    """What `get_variable_values` answers for variables of scalar and enum types without defaults, when they
-    coerce: each given one coerced by its type (a nullable one may be null), an omitted nullable one left
-    out. None when one does not coerce, or a non-null one is null or missing: `get_variable_values` then
-    answers (its errors)."""
+    """What `get_variable_values` answers for variables without defaults, when they coerce: each given one
+    coerced by its type (a scalar or an enum by the type itself; an input object or a list by graphql-core's
+    `coerce_input_value` after its depth check, the steps `get_variable_values` takes), an omitted nullable
+    one left out. None when one does not coerce, or a non-null one is null or missing: `get_variable_values`
+    then answers (its errors)."""
     sources: dict[str, Any] = {}
     coerced: dict[str, Any] = {}
     for name, signature, leaf, non_null in plan_.variables:
         value = raw.get(name, Undefined)
+        if leaf is None:
+            if value is Undefined:
+                if non_null:
+                    return None
+                sources[name] = VariableValueSource(signature)
+                continue
+            sources[name] = VariableValueSource(signature, value)
+            if input_is_nested_too_deeply(value, signature.type):
+                return None
+            result = coerce_input_value(value, signature.type)
+            if result is Undefined:
+                return None
+            coerced[name] = result
+            continue
         if value is None or value is Undefined:
             if non_null:
                 return None
