@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .db.prepared import PreparedRead, fetch_one
+from .db.prepared import PreparedRead, fetch_all, fetch_one
 from .policy.principal import Principal
 from .errors import PermissionDenied
 from .policy.chain import Chain
@@ -117,6 +117,10 @@ class Scope:
 
     def all(self, sql: str, params: Any = None) -> list[dict]:
         return self.conn.execute(sql, params).fetchall()
+
+    def read_all(self, statement: PreparedRead, params: tuple) -> list[dict]:
+        """`all` for a hot statement of fixed text, on its prepared statement without a cursor (db/prepared.py)."""
+        return fetch_all(self.conn, statement, params)
 
     def savepoint(self) -> Iterator[Any]:
         return self.conn.transaction()

@@ -174,3 +174,57 @@ def test_without_those_parts_a_prepared_read_takes_the_cursor_and_answers_the_sa
     with services.db.transaction(tenant) as conn:
         for _ in range(8):
             assert fetch_one(conn, fallback, (tenant, account_id)) == conn.execute(_READ.sql, (tenant, account_id)).fetchone()
+
+
+def _transfer_params(tenant, transfer_id, source, target, amount):
+    return (tenant, transfer_id, source, target, amount, "USD", None, None, source, amount, amount, tenant,
+            source, target)
+
+
+def test_a_transfer_on_its_prepared_statement_answers_the_rows_the_cursor_answers(services, api, db_url):
+    from ledger.domain.accounts import _LOCK_ACCOUNTS, _TRANSFER
+    from ledger.db.prepared import fetch_all
+
+    opening, funded = funded_account(api, 100)
+    tenant, source, target = _tenant_of(db_url, funded), uuid.UUID(funded), uuid.UUID(opening)
+    with services.db.transaction(tenant) as conn:
+        uses = _counting_cursor_uses(conn)
+        for i in range(1, 9):  # through the cursor until psycopg prepares the statements, then without one
+            locked = fetch_all(conn, _LOCK_ACCOUNTS, (tenant, source, target))
+            moved = fetch_all(conn, _TRANSFER, _transfer_params(tenant, uuid.uuid4(), source, target, 1))
+            assert [row["id"] for row in locked] == sorted([source, target])
+            assert {row["id"]: row["balance"] for row in moved}[source] == 100 - i
+        settled = len(uses)  # at most six uses of each through the cursor (fewer if this connection ran them)
+        assert fetch_all(conn, _LOCK_ACCOUNTS, (tenant, source, target))
+        assert len(uses) == settled  # prepared by psycopg now: run without a cursor
+        by_cursor = conn.execute(_TRANSFER.sql, _transfer_params(tenant, uuid.uuid4(), source, target, 1)).fetchall()
+        by_path = fetch_all(conn, _TRANSFER, _transfer_params(tenant, uuid.uuid4(), source, target, 1))
+        assert [list(row) for row in by_path] == [list(row) for row in by_cursor]
+        assert [[type(value) for value in row.values()] for row in by_path] == [
+            [type(value) for value in row.values()] for row in by_cursor]
+        assert len(uses) == settled + 1
+        assert {row["id"]: row["balance"] for row in by_path}[source] == 90
+        taken = by_path[0]["t_id"]
+        # A transfer id already taken inserts nothing and changes no balance: no rows, as the cursor answers.
+        assert fetch_all(conn, _TRANSFER, _transfer_params(tenant, taken, source, target, 1)) == []
+        assert fetch_all(conn, _LOCK_ACCOUNTS, (tenant, uuid.uuid4(), uuid.uuid4())) == []
+
+
+def test_a_failed_write_on_its_prepared_statement_raises_what_the_cursor_raises(services, api, db_url):
+    from ledger.domain.accounts import _TRANSFER
+    from ledger.db.prepared import fetch_all
+
+    opening, funded = funded_account(api, 100)
+    tenant, source, target = _tenant_of(db_url, funded), uuid.UUID(funded), uuid.UUID(opening)
+    errors = []
+    for write in (lambda conn, params: fetch_all(conn, _TRANSFER, params),
+                  lambda conn, params: conn.execute(_TRANSFER.sql, params).fetchall()):
+        with pytest.raises(psycopg.Error) as raised:
+            with services.db.transaction(tenant) as conn:
+                for _ in range(8):  # prepared by now: the write below is this path's, or the cursor's
+                    write(conn, _transfer_params(tenant, uuid.uuid4(), source, target, 1))
+                # The balance's CHECK (no overdraft) refuses what the domain's own check would have stopped.
+                write(conn, _transfer_params(tenant, uuid.uuid4(), source, target, 1000))
+        errors.append(raised.value)
+    assert type(errors[0]) is type(errors[1])
+    assert str(errors[0]) == str(errors[1]) and errors[0].sqlstate == errors[1].sqlstate

@@ -1,4 +1,5 @@
-"""One hot statement (a primary-key read) run on libpq's prepared-statement call, without a cursor.
+"""A hot statement (a primary-key read, a money call's lock and transfer) run on libpq's prepared-statement
+call, without a cursor.
 
 A psycopg `conn.execute(...).fetchone()` spends more of its client CPU in the cursor's Python (the query's
 conversion, the prepare manager's bookkeeping, the cursor's result state) than in libpq: ~45–80 µs a
@@ -17,8 +18,9 @@ exception class, SQLSTATE and diagnostics).
 
 Anything out of the ordinary takes the cursor, which answers it as always: a connection in a pipeline,
 one with deferred statements to send first (db/pool.py `defer`), a closed connection, a transaction past
-its deadline (the pool's cursor refuses it), a statement psycopg has not prepared. It is for reads of a
-fixed text (a module constant), whose columns' names it keeps.
+its deadline (the pool's cursor refuses it), a statement psycopg has not prepared. It is for statements of
+a fixed text (a module constant) that answer rows, whose columns' names it keeps: a SELECT, or a write
+that returns what it wrote (a failure of either raises what the cursor raises).
 """
 
 
@@ -60,7 +62,7 @@ _TEXT = pq.Format.TEXT
 
 
 class PreparedRead:
-    """A SELECT with `%s` placeholders, answering at most one row as a dict."""
+    """A statement with `%s` placeholders that answers rows, each as a dict (`fetch_one`, `fetch_all`)."""
 
     __slots__ = ("sql", "query", "formats", "count", "names")
 
@@ -79,19 +81,40 @@ class PreparedRead:
 
 def fetch_one(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> dict | None:
     """`conn.execute(statement.sql, params).fetchone()`, as a dict row: the same row, or the same error."""
+    result = _prepared_result(conn, statement, params)
+    if result is _NOT_PREPARED:
+        return conn.execute(statement.sql, params).fetchone()
+    if result is None:
+        return None
+    tx, names = result
+    return tx.load_row(0, lambda row: dict(zip(names, row)))
+
+
+def fetch_all(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> list[dict]:
+    """`conn.execute(statement.sql, params).fetchall()`, as dict rows: the same rows, or the same error."""
+    result = _prepared_result(conn, statement, params)
+    if result is _NOT_PREPARED:
+        return conn.execute(statement.sql, params).fetchall()
+    if result is None:
+        return []
+    tx, names = result
+    return tx.load_rows(0, tx.pgresult.ntuples, lambda row: dict(zip(names, row)))
+
+
+_NOT_PREPARED = object()
+
+
+def _prepared_result(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> object:
+    """(a Transformer holding the statement's result, its columns' names); None for a result of no rows;
+    `_NOT_PREPARED` when the cursor must run it."""
     # The count first: it is -1 when this psycopg lacks the parts below, which are then never touched.
     if (len(params) == statement.count and conn._pipeline is None and not getattr(conn, "ledger_deferred", None)
             and not conn.closed and not _past_deadline(conn)):
         try:
-            row = _fetch_one(conn, statement, params)
+            return _run(conn, statement, params)
         except pgerrors._NO_TRACEBACK as ex:  # as psycopg's cursor raises them: without its frames
             raise ex.with_traceback(None)
-        if row is not _NOT_PREPARED:
-            return row
-    return conn.execute(statement.sql, params).fetchone()
-
-
-_NOT_PREPARED = object()
+    return _NOT_PREPARED
 
 
 def _past_deadline(conn: psycopg.Connection) -> bool:
@@ -99,7 +122,7 @@ def _past_deadline(conn: psycopg.Connection) -> bool:
     return deadline is not None and time.monotonic() >= deadline
 
 
-def _fetch_one(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> object:
+def _run(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> object:
     tx = adapt.Transformer(conn)
     values = tx.dump_sequence(params, statement.formats)
     key = (statement.query, tx.types or ())
@@ -122,7 +145,7 @@ def _fetch_one(conn: psycopg.Connection, statement: PreparedRead, params: tuple)
     if not result.ntuples:
         return None
     tx.set_pgresult(result)
-    return tx.load_row(0, lambda row: dict(zip(names, row)))
+    return tx, names
 
 
 def _failure(conn: psycopg.Connection, result: Any) -> Exception:
