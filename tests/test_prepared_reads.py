@@ -223,8 +223,43 @@ def test_a_failed_write_on_its_prepared_statement_raises_what_the_cursor_raises(
             with services.db.transaction(tenant) as conn:
                 for _ in range(8):  # prepared by now: the write below is this path's, or the cursor's
                     write(conn, _transfer_params(tenant, uuid.uuid4(), source, target, 1))
-                # The balance's CHECK (no overdraft) refuses what the domain's own check would have stopped.
+                # The balance's CHECK (no overdraft) refuses what the domain's own check would have stopped,
+                # with a deferred statement before it in its round trip.
+                defer(conn, "SELECT set_config('ledger.probe', 'sent', true)")
                 write(conn, _transfer_params(tenant, uuid.uuid4(), source, target, 1000))
         errors.append(raised.value)
     assert type(errors[0]) is type(errors[1])
     assert str(errors[0]) == str(errors[1]) and errors[0].sqlstate == errors[1].sqlstate
+
+
+def test_a_prepared_read_sends_the_deferred_statements_in_its_round_trip_without_a_cursor(services, account):
+    tenant, account_id = account
+    with services.db.transaction(tenant) as conn:
+        for _ in range(8):
+            expected = fetch_one(conn, _READ, (tenant, account_id))
+        uses = _counting_cursor_uses(conn)
+        defer(conn, "SELECT set_config('ledger.probe', %s, true)", ["first"])
+        defer(conn, "SELECT set_config('ledger.probe', %s || '+second', true)", ["first"])
+        assert fetch_one(conn, _READ, (tenant, account_id)) == expected
+        assert uses == [] and not conn.ledger_deferred and conn.pgconn.pipeline_status == 0
+        assert fetch_one(conn, PreparedRead("SELECT current_setting('ledger.probe') AS v"), ()) == {"v": "first+second"}
+
+
+def test_a_failed_deferred_statement_fails_the_read_as_the_cursor_fails_it(services, account):
+    tenant, account_id = account
+    errors = []
+    for read in (lambda conn: fetch_one(conn, _READ, (tenant, account_id)),
+                 lambda conn: conn.execute(_READ.sql, (tenant, account_id)).fetchone()):
+        with pytest.raises(psycopg.Error) as raised:
+            with services.db.transaction(tenant) as conn:
+                for _ in range(8):  # prepared by now
+                    read(conn)
+                defer(conn, "SELECT set_config('statement_timeout', %s, true)", ["not a duration"])
+                try:
+                    read(conn)
+                finally:
+                    assert not conn.ledger_deferred and conn.pgconn.pipeline_status == 0
+                    assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.INERROR
+        errors.append(raised.value)
+    assert type(errors[0]) is type(errors[1]) is psycopg.errors.InvalidParameterValue
+    assert str(errors[0]) == str(errors[1])

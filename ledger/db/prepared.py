@@ -16,9 +16,13 @@ connection's lock, `conn.wait` on psycopg's own `execute` generator (so a broken
 interrupted wait fails as in a cursor), and `error_from_result` for a failed statement (the same
 exception class, SQLSTATE and diagnostics).
 
-Anything out of the ordinary takes the cursor, which answers it as always: a connection in a pipeline,
-one with deferred statements to send first (db/pool.py `defer`), a closed connection, a transaction past
-its deadline (the pool's cursor refuses it), a statement psycopg has not prepared. It is for statements of
+The connection's deferred statements (db/pool.py `defer`: a call's SAVEPOINT, a tool's statement_timeout)
+go first, in the same round trip, as the pool's cursor sends them: in one libpq pipeline with the
+statement, each a bare protocol command whose result is only checked for an error, the first error
+raised as the round trip's failure (psycopg's own pipeline, which the cursor enters for them, costs more
+client CPU than the statement itself). Anything else out of the ordinary takes the cursor, which answers
+it as always: a connection in psycopg's pipeline, a closed connection, a transaction past its deadline
+(the pool's cursor refuses it), a statement psycopg has not prepared. It is for statements of
 a fixed text (a module constant) that answer rows, whose columns' names it keeps: a SELECT, or a write
 that returns what it wrote (a failure of either raises what the cursor raises).
 """
@@ -26,6 +30,7 @@ that returns what it wrote (a failure of either raises what the cursor raises).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -33,6 +38,8 @@ import psycopg
 from psycopg import adapt, pq
 from psycopg import errors as pgerrors
 from psycopg.generators import execute as _execute
+from psycopg.generators import fetch_many as _fetch_many
+from psycopg.generators import send as _send
 
 try:  # psycopg's own conversion, so that the key is psycopg's key
     from psycopg._queries import _query2pg
@@ -58,6 +65,7 @@ def _internals_present() -> bool:
 SUPPORTED = _internals_present()
 
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
+_FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
 _TEXT = pq.Format.TEXT
 
 
@@ -108,8 +116,8 @@ def _prepared_result(conn: psycopg.Connection, statement: PreparedRead, params: 
     """(a Transformer holding the statement's result, its columns' names); None for a result of no rows;
     `_NOT_PREPARED` when the cursor must run it."""
     # The count first: it is -1 when this psycopg lacks the parts below, which are then never touched.
-    if (len(params) == statement.count and conn._pipeline is None and not getattr(conn, "ledger_deferred", None)
-            and not conn.closed and not _past_deadline(conn)):
+    if (len(params) == statement.count and conn._pipeline is None and not conn.closed
+            and not _past_deadline(conn)):
         try:
             return _run(conn, statement, params)
         except pgerrors._NO_TRACEBACK as ex:  # as psycopg's cursor raises them: without its frames
@@ -133,8 +141,13 @@ def _run(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> ob
         if name is None or manager._to_flush:
             return _NOT_PREPARED  # not prepared (yet), or psycopg has statements of its own to drop first
         manager._names.move_to_end(key)  # a use, as a cursor's would count in psycopg's LRU
-        pgconn.send_query_prepared(name, values, param_formats=tx.formats, result_format=_TEXT)
-        results = conn.wait(_execute(pgconn))
+        deferred = getattr(conn, "ledger_deferred", None)
+        if deferred:
+            conn.ledger_deferred = []  # sent once, whatever happens next, as the pool's cursor sends them
+            results = conn.wait(_pipelined(pgconn, deferred, name, values, tx.formats))
+        else:
+            pgconn.send_query_prepared(name, values, param_formats=tx.formats, result_format=_TEXT)
+            results = conn.wait(_execute(pgconn))
     result = results[0] if len(results) == 1 else None
     if result is None or result.status != _TUPLES_OK:
         raise _failure(conn, result)
@@ -146,6 +159,32 @@ def _run(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> ob
         return None
     tx.set_pgresult(result)
     return tx, names
+
+
+def _pipelined(pgconn: pq.abc.PGconn, deferred: list, name: bytes, values: list, formats: list) -> Any:
+    """The generator sending the deferred statements and the prepared one in one pipeline, then a sync:
+    the prepared statement's results; the first failure among the deferred ones raised instead."""
+    pgconn.enter_pipeline_mode()
+    try:
+        for statement in deferred:
+            pgconn.send_query_params(statement.command, statement.values)
+        pgconn.send_query_prepared(name, values, param_formats=formats, result_format=_TEXT)
+        pgconn.pipeline_sync()
+        yield from _send(pgconn)
+        groups = []
+        for _ in range(len(deferred) + 2):  # each statement's results, then the sync's
+            groups.append((yield from _fetch_many(pgconn)))
+    except BaseException:
+        if pgconn.status == pq.ConnStatus.OK:
+            with contextlib.suppress(psycopg.Error):
+                pgconn.exit_pipeline_mode()
+        raise
+    pgconn.exit_pipeline_mode()
+    for results in groups[:-2]:
+        for result in results:
+            if result.status == _FATAL_ERROR:
+                raise pgerrors.error_from_result(result, encoding=pgconn._encoding)
+    return groups[-2]
 
 
 def _failure(conn: psycopg.Connection, result: Any) -> Exception:
