@@ -263,3 +263,56 @@ def test_a_failed_deferred_statement_fails_the_read_as_the_cursor_fails_it(servi
         errors.append(raised.value)
     assert type(errors[0]) is type(errors[1]) is psycopg.errors.InvalidParameterValue
     assert str(errors[0]) == str(errors[1])
+
+
+def _scope(conn):
+    from ledger.scope import Scope
+
+    return Scope(conn=conn, principal=None, chain=None, services=None, deadline=0.0)
+
+
+def test_a_scopes_statement_runs_without_a_cursor_once_psycopg_has_prepared_it(services, account):
+    tenant, account_id = account
+    sql = "SELECT id, balance FROM accounts WHERE tenant_id = %s AND id = %s"
+    with services.db.transaction(tenant) as conn:
+        scope = _scope(conn)
+        expected = conn.execute(sql, (tenant, account_id)).fetchone()
+        for _ in range(8):
+            assert scope.one(sql, (tenant, account_id)) == expected
+            assert scope.all(sql, (tenant, account_id)) == [expected]
+        uses = _counting_cursor_uses(conn)
+        assert scope.one(sql, (tenant, account_id)) == expected
+        assert scope.all(sql, (tenant, uuid.uuid4())) == [] and scope.one(sql, (tenant, uuid.uuid4())) is None
+        assert uses == []
+
+
+def test_a_scopes_statement_that_answers_no_rows_raises_what_the_cursor_raises(services, account):
+    tenant, account_id = account
+    sql = "UPDATE accounts SET name = name WHERE tenant_id = %s AND id = %s"
+    with services.db.transaction(tenant) as conn:
+        scope = _scope(conn)
+        errors = []
+        for _ in range(9):  # the cursor's until psycopg prepares it, then this path's
+            with pytest.raises(psycopg.ProgrammingError) as raised:
+                scope.one(sql, (tenant, account_id))
+            errors.append(str(raised.value))
+        assert set(errors) == {"the last operation didn't produce records (command status: UPDATE 1)"}
+
+
+def test_a_scopes_statement_with_other_parameters_or_rows_takes_the_cursor(services, db_url, account):
+    tenant, account_id = account
+    sql = "SELECT balance FROM accounts WHERE tenant_id = %s AND id = %s"
+    with services.db.transaction(tenant) as conn:
+        scope = _scope(conn)
+        for _ in range(8):
+            scope.one(sql, (tenant, account_id))
+        uses = _counting_cursor_uses(conn)
+        assert scope.one(sql, [tenant, account_id]) == {"balance": 10}  # a list: the cursor's
+        assert scope.one("SELECT balance FROM accounts WHERE tenant_id = %(t)s AND id = %(a)s",
+                         {"t": tenant, "a": account_id}) == {"balance": 10}
+        assert len(uses) == 2
+    with psycopg.connect(db_url) as conn:  # tuples, not dicts: the cursor's rows
+        conn.execute("SELECT set_config('ledger.tenant_id', %s, false)", (str(tenant),))
+        scope = _scope(conn)
+        for _ in range(8):
+            assert scope.one(sql, (tenant, account_id)) == (10,)

@@ -21,10 +21,13 @@ go first, in the same round trip, as the pool's cursor sends them: in one libpq 
 statement, each a bare protocol command whose result is only checked for an error, the first error
 raised as the round trip's failure (psycopg's own pipeline, which the cursor enters for them, costs more
 client CPU than the statement itself). Anything else out of the ordinary takes the cursor, which answers
-it as always: a connection in psycopg's pipeline, a closed connection, a transaction past its deadline
-(the pool's cursor refuses it), a statement psycopg has not prepared. It is for statements of
-a fixed text (a module constant) that answer rows, whose columns' names it keeps: a SELECT, or a write
-that returns what it wrote (a failure of either raises what the cursor raises).
+it as always: a connection in psycopg's pipeline, a closed connection, one whose rows are not dicts, a
+transaction past its deadline (the pool's cursor refuses it), a statement psycopg has not prepared. It is for statements of
+a fixed text that answer rows, whose columns' names it keeps: a SELECT, or a write that returns what it
+wrote (a failure of either raises what the cursor raises; a statement that answers no rows raises what
+the cursor's fetch raises). A module's hot statement is a `PreparedRead` constant; any other text that
+`Scope.one`/`all` run gets one kept by its text (`statement_of`), so every statement a connection runs
+often enough for psycopg to prepare it takes this path.
 """
 
 
@@ -40,6 +43,7 @@ from psycopg import errors as pgerrors
 from psycopg.generators import execute as _execute
 from psycopg.generators import fetch_many as _fetch_many
 from psycopg.generators import send as _send
+from psycopg.rows import dict_row
 
 try:  # psycopg's own conversion, so that the key is psycopg's key
     from psycopg._queries import _query2pg
@@ -87,6 +91,31 @@ class PreparedRead:
         self.names: tuple[str, ...] | None = None  # its columns' names, once a result shows them
 
 
+_BY_TEXT: dict[str, PreparedRead | None] = {}
+# Texts kept before starting over: far more than the statements the ledger's code has (texts built with
+# a varying part, such as a listing's filters, would otherwise grow the dictionary without end).
+_BY_TEXT_LIMIT = 1024
+
+
+def statement_of(sql: str) -> PreparedRead | None:
+    """The `PreparedRead` of a statement text, kept by the text; None for one this path does not take
+    (named placeholders, or any text psycopg's conversion refuses: the cursor then raises its error)."""
+    try:
+        return _BY_TEXT[sql]
+    except KeyError:
+        pass
+    statement = None
+    if SUPPORTED:
+        try:
+            statement = PreparedRead(sql)
+        except Exception:  # noqa: BLE001 - the cursor reports whatever is wrong with the text
+            statement = None
+    if len(_BY_TEXT) >= _BY_TEXT_LIMIT:
+        _BY_TEXT.clear()
+    _BY_TEXT[sql] = statement  # racing threads store equal statements: the last write wins harmlessly
+    return statement
+
+
 def fetch_one(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> dict | None:
     """`conn.execute(statement.sql, params).fetchone()`, as a dict row: the same row, or the same error."""
     result = _prepared_result(conn, statement, params)
@@ -116,8 +145,8 @@ def _prepared_result(conn: psycopg.Connection, statement: PreparedRead, params: 
     """(a Transformer holding the statement's result, its columns' names); None for a result of no rows;
     `_NOT_PREPARED` when the cursor must run it."""
     # The count first: it is -1 when this psycopg lacks the parts below, which are then never touched.
-    if (len(params) == statement.count and conn._pipeline is None and not conn.closed
-            and not _past_deadline(conn)):
+    if (len(params) == statement.count and conn._pipeline is None and conn.row_factory is dict_row
+            and not conn.closed and not _past_deadline(conn)):
         try:
             return _run(conn, statement, params)
         except pgerrors._NO_TRACEBACK as ex:  # as psycopg's cursor raises them: without its frames
@@ -188,7 +217,13 @@ def _pipelined(pgconn: pq.abc.PGconn, deferred: list, name: bytes, values: list,
 
 
 def _failure(conn: psycopg.Connection, result: Any) -> Exception:
-    if result is not None and result.status == pq.ExecStatus.FATAL_ERROR:
+    """What the cursor's fetch raises for a result that holds no rows."""
+    if result is None:
+        return pgerrors.InternalError("unexpected results from a prepared statement: not one result")
+    if result.status == _FATAL_ERROR:
         return pgerrors.error_from_result(result, encoding=conn.pgconn._encoding)
-    return pgerrors.InternalError("unexpected result from a prepared read: "
-                                  + (pq.ExecStatus(result.status).name if result is not None else "none"))
+    if result.command_status:
+        detail = f" (command status: {result.command_status.decode()})"
+    else:
+        detail = f" (result status: {pq.ExecStatus(result.status).name})"
+    return pgerrors.ProgrammingError(f"the last operation didn't produce records{detail}")
