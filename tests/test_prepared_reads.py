@@ -75,19 +75,28 @@ def test_a_failed_prepared_read_raises_what_the_cursor_raises(services, account)
     assert str(errors[0]) == str(errors[1]) and errors[0].sqlstate == errors[1].sqlstate
 
 
-def test_a_prepared_read_in_a_failed_transaction_raises_what_the_cursor_raises(services, account):
-    tenant, account_id = account
+def _failures_both_ways(services, tenant, account_id, before_last) -> list[psycopg.Error]:
+    """What the read raises, on this path and through the cursor, when `before_last(conn)` runs between
+    eight reads (by then psycopg has prepared it) and a last one."""
     errors = []
     for read in (lambda conn: fetch_one(conn, _READ, (tenant, account_id)),
                  lambda conn: conn.execute(_READ.sql, (tenant, account_id)).fetchone()):
         with pytest.raises(psycopg.Error) as raised:
             with services.db.transaction(tenant) as conn:
-                for _ in range(8):  # prepared by now: the read below is this path's, or the cursor's
+                for _ in range(8):
                     read(conn)
-                with contextlib.suppress(psycopg.errors.DivisionByZero):
-                    conn.execute("SELECT 1 / 0")
+                before_last(conn)
                 read(conn)
         errors.append(raised.value)
+    return errors
+
+
+def test_a_prepared_read_in_a_failed_transaction_raises_what_the_cursor_raises(services, account):
+    def fail(conn):
+        with contextlib.suppress(psycopg.errors.DivisionByZero):
+            conn.execute("SELECT 1 / 0")
+
+    errors = _failures_both_ways(services, *account, fail)
     assert type(errors[0]) is type(errors[1]) is psycopg.errors.InFailedSqlTransaction
     assert str(errors[0]) == str(errors[1])
 
@@ -246,23 +255,27 @@ def test_a_prepared_read_sends_the_deferred_statements_in_its_round_trip_without
 
 
 def test_a_failed_deferred_statement_fails_the_read_as_the_cursor_fails_it(services, account):
-    tenant, account_id = account
-    errors = []
-    for read in (lambda conn: fetch_one(conn, _READ, (tenant, account_id)),
-                 lambda conn: conn.execute(_READ.sql, (tenant, account_id)).fetchone()):
-        with pytest.raises(psycopg.Error) as raised:
-            with services.db.transaction(tenant) as conn:
-                for _ in range(8):  # prepared by now
-                    read(conn)
-                defer(conn, "SELECT set_config('statement_timeout', %s, true)", ["not a duration"])
-                try:
-                    read(conn)
-                finally:
-                    assert not conn.ledger_deferred and conn.pgconn.pipeline_status == 0
-                    assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.INERROR
-        errors.append(raised.value)
+    def defer_a_failure(conn):
+        defer(conn, "SELECT set_config('statement_timeout', %s, true)", ["not a duration"])
+
+    errors = _failures_both_ways(services, *account, defer_a_failure)
     assert type(errors[0]) is type(errors[1]) is psycopg.errors.InvalidParameterValue
     assert str(errors[0]) == str(errors[1])
+
+
+def test_after_a_failed_deferred_statement_the_connection_is_out_of_the_pipeline_and_the_transaction_failed(
+        services, account):
+    tenant, account_id = account
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        with services.db.transaction(tenant) as conn:
+            for _ in range(8):
+                fetch_one(conn, _READ, (tenant, account_id))
+            defer(conn, "SELECT set_config('statement_timeout', %s, true)", ["not a duration"])
+            try:
+                fetch_one(conn, _READ, (tenant, account_id))
+            finally:
+                assert not conn.ledger_deferred and conn.pgconn.pipeline_status == 0
+                assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.INERROR
 
 
 def _scope(conn):
