@@ -1,5 +1,4 @@
-"""A hot statement (a primary-key read, a money call's lock and transfer) run on libpq's prepared-statement
-call, without a cursor.
+"""A statement psycopg has prepared on a connection, run on libpq's prepared-statement call without a cursor.
 
 A psycopg `conn.execute(...).fetchone()` spends more of its client CPU in the cursor's Python (the query's
 conversion, the prepare manager's bookkeeping, the cursor's result state) than in libpq: ~45–80 µs a
@@ -22,12 +21,13 @@ statement, each a bare protocol command whose result is only checked for an erro
 raised as the round trip's failure (psycopg's own pipeline, which the cursor enters for them, costs more
 client CPU than the statement itself). Anything else out of the ordinary takes the cursor, which answers
 it as always: a connection in psycopg's pipeline, a closed connection, one whose rows are not dicts, a
-transaction past its deadline (the pool's cursor refuses it), a statement psycopg has not prepared. It is for statements of
-a fixed text that answer rows, whose columns' names it keeps: a SELECT, or a write that returns what it
-wrote (a failure of either raises what the cursor raises; a statement that answers no rows raises what
-the cursor's fetch raises). A module's hot statement is a `PreparedRead` constant; any other text that
-`Scope.one`/`all` run gets one kept by its text (`statement_of`), so every statement a connection runs
-often enough for psycopg to prepare it takes this path.
+transaction past its deadline (the pool's cursor refuses it), a statement psycopg has not prepared.
+
+It is for statements of a fixed text that answer rows, whose columns' names it keeps: a SELECT, or a
+write that returns what it wrote (a failure of either raises what the cursor raises; a statement that
+answers no rows raises what the cursor's fetch raises). A module's hot statement is a `PreparedRead`
+constant; any other text that `Scope.one`/`all` run gets one kept by its text (`statement_of`), so every
+statement a connection runs often enough for psycopg to prepare it takes this path.
 """
 
 
