@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .db.prepared import PreparedRead, fetch_one
+from .db.prepared import PreparedRead, fetch_all, fetch_one, statement_of
 from .policy.principal import Principal
 from .errors import PermissionDenied
 from .policy.chain import Chain
@@ -109,6 +109,12 @@ class Scope:
     # ------------------------------------------------------------------ SQL helpers
 
     def one(self, sql: str, params: Any = None) -> dict | None:
+        """The statement's first row, or None; once psycopg has prepared the statement on this connection,
+        run without a cursor (db/prepared.py), with the same row or the same error."""
+        if type(params) is tuple and type(sql) is str:
+            statement = statement_of(sql)
+            if statement is not None:
+                return fetch_one(self.conn, statement, params)
         return self.conn.execute(sql, params).fetchone()
 
     def read_one(self, statement: PreparedRead, params: tuple) -> dict | None:
@@ -116,7 +122,16 @@ class Scope:
         return fetch_one(self.conn, statement, params)
 
     def all(self, sql: str, params: Any = None) -> list[dict]:
+        """The statement's rows, as `one` runs it."""
+        if type(params) is tuple and type(sql) is str:
+            statement = statement_of(sql)
+            if statement is not None:
+                return fetch_all(self.conn, statement, params)
         return self.conn.execute(sql, params).fetchall()
+
+    def read_all(self, statement: PreparedRead, params: tuple) -> list[dict]:
+        """`all` for a hot statement of fixed text, on its prepared statement without a cursor (db/prepared.py)."""
+        return fetch_all(self.conn, statement, params)
 
     def savepoint(self) -> Iterator[Any]:
         return self.conn.transaction()

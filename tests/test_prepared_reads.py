@@ -75,19 +75,28 @@ def test_a_failed_prepared_read_raises_what_the_cursor_raises(services, account)
     assert str(errors[0]) == str(errors[1]) and errors[0].sqlstate == errors[1].sqlstate
 
 
-def test_a_prepared_read_in_a_failed_transaction_raises_what_the_cursor_raises(services, account):
-    tenant, account_id = account
+def _failures_both_ways(services, tenant, account_id, before_last) -> list[psycopg.Error]:
+    """What the read raises, on this path and through the cursor, when `before_last(conn)` runs between
+    eight reads (by then psycopg has prepared it) and a last one."""
     errors = []
     for read in (lambda conn: fetch_one(conn, _READ, (tenant, account_id)),
                  lambda conn: conn.execute(_READ.sql, (tenant, account_id)).fetchone()):
         with pytest.raises(psycopg.Error) as raised:
             with services.db.transaction(tenant) as conn:
-                for _ in range(8):  # prepared by now: the read below is this path's, or the cursor's
+                for _ in range(8):
                     read(conn)
-                with contextlib.suppress(psycopg.errors.DivisionByZero):
-                    conn.execute("SELECT 1 / 0")
+                before_last(conn)
                 read(conn)
         errors.append(raised.value)
+    return errors
+
+
+def test_a_prepared_read_in_a_failed_transaction_raises_what_the_cursor_raises(services, account):
+    def fail(conn):
+        with contextlib.suppress(psycopg.errors.DivisionByZero):
+            conn.execute("SELECT 1 / 0")
+
+    errors = _failures_both_ways(services, *account, fail)
     assert type(errors[0]) is type(errors[1]) is psycopg.errors.InFailedSqlTransaction
     assert str(errors[0]) == str(errors[1])
 
@@ -174,3 +183,149 @@ def test_without_those_parts_a_prepared_read_takes_the_cursor_and_answers_the_sa
     with services.db.transaction(tenant) as conn:
         for _ in range(8):
             assert fetch_one(conn, fallback, (tenant, account_id)) == conn.execute(_READ.sql, (tenant, account_id)).fetchone()
+
+
+def _transfer_params(tenant, transfer_id, source, target, amount):
+    return (tenant, transfer_id, source, target, amount, "USD", None, None, source, amount, amount, tenant,
+            source, target)
+
+
+def test_a_transfer_on_its_prepared_statement_answers_the_rows_the_cursor_answers(services, api, db_url):
+    from ledger.domain.accounts import _LOCK_ACCOUNTS, _TRANSFER
+    from ledger.db.prepared import fetch_all
+
+    opening, funded = funded_account(api, 100)
+    tenant, source, target = _tenant_of(db_url, funded), uuid.UUID(funded), uuid.UUID(opening)
+    with services.db.transaction(tenant) as conn:
+        uses = _counting_cursor_uses(conn)
+        for i in range(1, 9):  # through the cursor until psycopg prepares the statements, then without one
+            locked = fetch_all(conn, _LOCK_ACCOUNTS, (tenant, source, target))
+            moved = fetch_all(conn, _TRANSFER, _transfer_params(tenant, uuid.uuid4(), source, target, 1))
+            assert [row["id"] for row in locked] == sorted([source, target])
+            assert {row["id"]: row["balance"] for row in moved}[source] == 100 - i
+        settled = len(uses)  # at most six uses of each through the cursor (fewer if this connection ran them)
+        assert fetch_all(conn, _LOCK_ACCOUNTS, (tenant, source, target))
+        assert len(uses) == settled  # prepared by psycopg now: run without a cursor
+        by_cursor = conn.execute(_TRANSFER.sql, _transfer_params(tenant, uuid.uuid4(), source, target, 1)).fetchall()
+        by_path = fetch_all(conn, _TRANSFER, _transfer_params(tenant, uuid.uuid4(), source, target, 1))
+        assert [list(row) for row in by_path] == [list(row) for row in by_cursor]
+        assert [[type(value) for value in row.values()] for row in by_path] == [
+            [type(value) for value in row.values()] for row in by_cursor]
+        assert len(uses) == settled + 1
+        assert {row["id"]: row["balance"] for row in by_path}[source] == 90
+        taken = by_path[0]["t_id"]
+        # A transfer id already taken inserts nothing and changes no balance: no rows, as the cursor answers.
+        assert fetch_all(conn, _TRANSFER, _transfer_params(tenant, taken, source, target, 1)) == []
+        assert fetch_all(conn, _LOCK_ACCOUNTS, (tenant, uuid.uuid4(), uuid.uuid4())) == []
+
+
+def test_a_failed_write_on_its_prepared_statement_raises_what_the_cursor_raises(services, api, db_url):
+    from ledger.domain.accounts import _TRANSFER
+    from ledger.db.prepared import fetch_all
+
+    opening, funded = funded_account(api, 100)
+    tenant, source, target = _tenant_of(db_url, funded), uuid.UUID(funded), uuid.UUID(opening)
+    errors = []
+    for write in (lambda conn, params: fetch_all(conn, _TRANSFER, params),
+                  lambda conn, params: conn.execute(_TRANSFER.sql, params).fetchall()):
+        with pytest.raises(psycopg.Error) as raised:
+            with services.db.transaction(tenant) as conn:
+                for _ in range(8):  # prepared by now: the write below is this path's, or the cursor's
+                    write(conn, _transfer_params(tenant, uuid.uuid4(), source, target, 1))
+                # The balance's CHECK (no overdraft) refuses what the domain's own check would have stopped,
+                # with a deferred statement before it in its round trip.
+                defer(conn, "SELECT set_config('ledger.probe', 'sent', true)")
+                write(conn, _transfer_params(tenant, uuid.uuid4(), source, target, 1000))
+        errors.append(raised.value)
+    assert type(errors[0]) is type(errors[1])
+    assert str(errors[0]) == str(errors[1]) and errors[0].sqlstate == errors[1].sqlstate
+
+
+def test_a_prepared_read_sends_the_deferred_statements_in_its_round_trip_without_a_cursor(services, account):
+    tenant, account_id = account
+    with services.db.transaction(tenant) as conn:
+        for _ in range(8):
+            expected = fetch_one(conn, _READ, (tenant, account_id))
+        uses = _counting_cursor_uses(conn)
+        defer(conn, "SELECT set_config('ledger.probe', %s, true)", ["first"])
+        defer(conn, "SELECT set_config('ledger.probe', %s || '+second', true)", ["first"])
+        assert fetch_one(conn, _READ, (tenant, account_id)) == expected
+        assert uses == [] and not conn.ledger_deferred and conn.pgconn.pipeline_status == 0
+        assert fetch_one(conn, PreparedRead("SELECT current_setting('ledger.probe') AS v"), ()) == {"v": "first+second"}
+
+
+def test_a_failed_deferred_statement_fails_the_read_as_the_cursor_fails_it(services, account):
+    def defer_a_failure(conn):
+        defer(conn, "SELECT set_config('statement_timeout', %s, true)", ["not a duration"])
+
+    errors = _failures_both_ways(services, *account, defer_a_failure)
+    assert type(errors[0]) is type(errors[1]) is psycopg.errors.InvalidParameterValue
+    assert str(errors[0]) == str(errors[1])
+
+
+def test_after_a_failed_deferred_statement_the_connection_is_out_of_the_pipeline_and_the_transaction_failed(
+        services, account):
+    tenant, account_id = account
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        with services.db.transaction(tenant) as conn:
+            for _ in range(8):
+                fetch_one(conn, _READ, (tenant, account_id))
+            defer(conn, "SELECT set_config('statement_timeout', %s, true)", ["not a duration"])
+            try:
+                fetch_one(conn, _READ, (tenant, account_id))
+            finally:
+                assert not conn.ledger_deferred and conn.pgconn.pipeline_status == 0
+                assert conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.INERROR
+
+
+def _scope(conn):
+    from ledger.scope import Scope
+
+    return Scope(conn=conn, principal=None, chain=None, services=None, deadline=0.0)
+
+
+def test_a_scopes_statement_runs_without_a_cursor_once_psycopg_has_prepared_it(services, account):
+    tenant, account_id = account
+    sql = "SELECT id, balance FROM accounts WHERE tenant_id = %s AND id = %s"
+    with services.db.transaction(tenant) as conn:
+        scope = _scope(conn)
+        expected = conn.execute(sql, (tenant, account_id)).fetchone()
+        for _ in range(8):
+            assert scope.one(sql, (tenant, account_id)) == expected
+            assert scope.all(sql, (tenant, account_id)) == [expected]
+        uses = _counting_cursor_uses(conn)
+        assert scope.one(sql, (tenant, account_id)) == expected
+        assert scope.all(sql, (tenant, uuid.uuid4())) == [] and scope.one(sql, (tenant, uuid.uuid4())) is None
+        assert uses == []
+
+
+def test_a_scopes_statement_that_answers_no_rows_raises_what_the_cursor_raises(services, account):
+    tenant, account_id = account
+    sql = "UPDATE accounts SET name = name WHERE tenant_id = %s AND id = %s"
+    with services.db.transaction(tenant) as conn:
+        scope = _scope(conn)
+        errors = []
+        for _ in range(9):  # the cursor's until psycopg prepares it, then this path's
+            with pytest.raises(psycopg.ProgrammingError) as raised:
+                scope.one(sql, (tenant, account_id))
+            errors.append(str(raised.value))
+        assert set(errors) == {"the last operation didn't produce records (command status: UPDATE 1)"}
+
+
+def test_a_scopes_statement_with_other_parameters_or_rows_takes_the_cursor(services, db_url, account):
+    tenant, account_id = account
+    sql = "SELECT balance FROM accounts WHERE tenant_id = %s AND id = %s"
+    with services.db.transaction(tenant) as conn:
+        scope = _scope(conn)
+        for _ in range(8):
+            scope.one(sql, (tenant, account_id))
+        uses = _counting_cursor_uses(conn)
+        assert scope.one(sql, [tenant, account_id]) == {"balance": 10}  # a list: the cursor's
+        assert scope.one("SELECT balance FROM accounts WHERE tenant_id = %(t)s AND id = %(a)s",
+                         {"t": tenant, "a": account_id}) == {"balance": 10}
+        assert len(uses) == 2
+    with psycopg.connect(db_url) as conn:  # tuples, not dicts: the cursor's rows
+        conn.execute("SELECT set_config('ledger.tenant_id', %s, false)", (str(tenant),))
+        scope = _scope(conn)
+        for _ in range(8):
+            assert scope.one(sql, (tenant, account_id)) == (10,)

@@ -19,19 +19,23 @@ document order.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from graphql import (
     FieldNode, GraphQLError, GraphQLInputObjectType, GraphQLList, GraphQLNonNull, GraphQLObjectType,
-    GraphQLResolveInfo, GraphQLScalarType, GraphQLSchema, VariableNode,
-    OperationDefinitionNode, OperationType, get_operation_ast, is_abstract_type, is_leaf_type, is_list_type,
-    is_non_null_type, is_object_type, located_error,
+    GraphQLResolveInfo, GraphQLScalarType, GraphQLSchema, ListValueNode, ObjectValueNode, VariableNode,
+    OperationDefinitionNode, OperationType, get_operation_ast, is_abstract_type, is_input_object_type, is_leaf_type,
+    is_list_type, is_non_null_type, is_object_type, is_required_input_field, located_error,
 )
 from graphql.execution.executor import invalid_return_type_error
 from graphql.execution.get_variable_signature import get_variable_signature
-from graphql.execution.values import VariableValues, VariableValueSource, get_argument_values, get_variable_values
+from graphql.execution.values import (
+    VariableValues, VariableValueSource, get_argument_values, get_variable_values, input_is_nested_too_deeply,
+)
 from graphql.pyutils import Path, Undefined, inspect, is_iterable
+from graphql.utilities.coerce_input_value import coerce_default_value, coerce_input_literal, coerce_input_value
 from strawberry.relay.types import GlobalID
 from strawberry.types import Info
 from strawberry.types.base import StrawberryList, StrawberryMaybe, StrawberryOptional
@@ -57,10 +61,11 @@ class _Field:
     # (non-null or not): that type. Such a field is answered without an info or a path when its value
     # completes plainly (`_Run.field`); anything else (an error, a null) takes the general path.
     leaf: Any = None
-    # For a field each of whose arguments is given as a variable: ((argument's out name, variable's name,
-    # whether the argument is non-null), ...), read from the coerced variables as `get_argument_values`
-    # would (`_arguments`); None: `get_argument_values` itself.
-    arguments: tuple[tuple[str, str, bool], ...] | None = None
+    # For a field each of whose arguments is given as a variable or as a literal input object of variables
+    # and constants: ((argument's out name, the variable's name or the `_LiteralObject`, whether the argument
+    # is non-null), ...), read from the coerced variables as `get_argument_values` would (`_arguments`);
+    # None: `get_argument_values` itself.
+    arguments: tuple[tuple[str, Any, bool], ...] | None = None
     # The resolver never reads its info (an attribute, or a resolver without an info parameter called
     # directly): the info is built only if completing the value needs it (`_Run.field`).
     blind: bool = False
@@ -75,9 +80,9 @@ class Plan:
     root_type: GraphQLObjectType
     fields: tuple[_Field, ...]
     serially: bool
-    # When every variable is of a scalar or enum type without a default: ((name, its signature, its leaf
-    # type, whether it is non-null), ...), coerced by `_variables` as graphql-core's `get_variable_values`
-    # coerces them; None: that function itself.
+    # When no variable has a default: ((name, its signature, its scalar or enum type or None for any other,
+    # whether it is non-null), ...), coerced by `_variables` as graphql-core's `get_variable_values` coerces
+    # them; None: that function itself.
     variables: tuple[tuple[str, Any, Any, bool], ...] | None = None
 
 
@@ -135,25 +140,76 @@ def _selection(schema: GraphQLSchema, parent: GraphQLObjectType, selection_set: 
     return tuple(fields)
 
 
-def _variable_arguments(definition: Any, node: FieldNode) -> tuple[tuple[str, str, bool], ...] | None:
+def _variable_arguments(definition: Any, node: FieldNode) -> tuple[tuple[str, Any, bool], ...] | None:
     """How `_arguments` reads the field's arguments, when each one the field defines is given as a variable
-    and none is given that it does not define; None otherwise (defaults, literals: `get_argument_values`)."""
+    or as a literal input object `_LiteralObject` takes, and none is given that it does not define; None
+    otherwise (defaults, other literals: `get_argument_values`)."""
     given = {argument.name.value: argument.value for argument in node.arguments or ()}
     if set(given) - set(definition.args):
         return None
     arguments = []
     for name, argument in definition.args.items():
         value = given.get(name)
-        if not isinstance(value, VariableNode):
+        if isinstance(value, VariableNode):
+            source = value.name.value
+        elif isinstance(value, ObjectValueNode):
+            source = _literal_object(argument.type, value)
+            if source is None:
+                return None
+        else:
             return None
-        arguments.append((getattr(argument, "out_name", None) or name, value.name.value,
-                          is_non_null_type(argument.type)))
+        arguments.append((getattr(argument, "out_name", None) or name, source, is_non_null_type(argument.type)))
     return tuple(arguments)
 
 
+@dataclass(frozen=True)
+class _LiteralObject:
+    """An argument given as a literal input object (`input: {fromAccountId: $from, amount: 2}`), each field
+    it gives a variable or a constant scalar or enum value, of a type that is not @oneOf: how
+    `_coerce_literal_object` coerces it."""
+
+    type: GraphQLInputObjectType
+    # Per field of the type, in the type's order: (out name; the variable's name, or `_CONSTANT`, or None
+    # when the literal leaves the field out; the constant's coerced value; whether the field is required;
+    # whether its type is non-null; the GraphQLInputField, whose default an omitted field takes).
+    fields: tuple[tuple[str, Any, Any, bool, bool, Any], ...]
+
+
+_CONSTANT = object()
+# A constant is coerced once, when the plan is made: kept only when no resolver could change the value.
+_IMMUTABLE = frozenset({str, int, float, bool, type(None), uuid.UUID})
+
+
+def _literal_object(type_: Any, node: ObjectValueNode) -> _LiteralObject | None:
+    """The `_LiteralObject` of a literal input object given for an argument of `type_`; None when it is
+    not one (a nested list or object in it, a @oneOf type, a constant that does not coerce)."""
+    named = type_.of_type if is_non_null_type(type_) else type_
+    if not is_input_object_type(named) or named.is_one_of:
+        return None
+    given = {field.name.value: field.value for field in node.fields}
+    if len(given) != len(node.fields) or set(given) - set(named.fields):
+        return None
+    fields = []
+    for name, field in named.fields.items():
+        value, constant = given.get(name), None
+        if isinstance(value, VariableNode):
+            source = value.name.value
+        elif value is None:
+            source = None
+        elif isinstance(value, (ListValueNode, ObjectValueNode)):
+            return None
+        else:
+            source, constant = _CONSTANT, coerce_input_literal(value, field.type)
+            if constant is Undefined or type(constant) not in _IMMUTABLE:
+                return None
+        fields.append((field.out_name or name, source, constant, is_required_input_field(field),
+                       is_non_null_type(field.type), field))
+    return _LiteralObject(named, tuple(fields))
+
+
 def _plain_variables(schema: GraphQLSchema, operation: OperationDefinitionNode) -> tuple | None:
-    """The operation's variables as `_variables` coerces them, when each is of a scalar or enum type (non-null
-    or not) without a default value; None otherwise."""
+    """The operation's variables as `_variables` coerces them, when none has a default value; None
+    otherwise."""
     variables = []
     for node in operation.variable_definitions or ():
         signature = get_variable_signature(schema, node)
@@ -161,9 +217,7 @@ def _plain_variables(schema: GraphQLSchema, operation: OperationDefinitionNode) 
             return None
         non_null = is_non_null_type(signature.type)
         leaf = signature.type.of_type if non_null else signature.type
-        if not is_leaf_type(leaf):
-            return None
-        variables.append((signature.name, signature, leaf, non_null))
+        variables.append((signature.name, signature, leaf if is_leaf_type(leaf) else None, non_null))
     return tuple(variables)
 
 
@@ -242,14 +296,29 @@ def plan(schema: GraphQLSchema, document: Any, operation_name: str | None) -> Pl
 
 
 def _variables(plan_: Plan, raw: dict) -> VariableValues | None:
-    """What `get_variable_values` answers for variables of scalar and enum types without defaults, when they
-    coerce: each given one coerced by its type (a nullable one may be null), an omitted nullable one left
-    out. None when one does not coerce, or a non-null one is null or missing: `get_variable_values` then
-    answers (its errors)."""
+    """What `get_variable_values` answers for variables without defaults, when they coerce: each given one
+    coerced by its type (a scalar or an enum by the type itself; an input object or a list by graphql-core's
+    `coerce_input_value` after its depth check, the steps `get_variable_values` takes), an omitted nullable
+    one left out. None when one does not coerce, or a non-null one is null or missing: `get_variable_values`
+    then answers (its errors)."""
     sources: dict[str, Any] = {}
     coerced: dict[str, Any] = {}
     for name, signature, leaf, non_null in plan_.variables:
         value = raw.get(name, Undefined)
+        if leaf is None:
+            if value is Undefined:
+                if non_null:
+                    return None
+                sources[name] = VariableValueSource(signature)
+                continue
+            sources[name] = VariableValueSource(signature, value)
+            if input_is_nested_too_deeply(value, signature.type):
+                return None
+            result = coerce_input_value(value, signature.type)
+            if result is Undefined:
+                return None
+            coerced[name] = result
+            continue
         if value is None or value is Undefined:
             if non_null:
                 return None
@@ -269,16 +338,40 @@ def _variables(plan_: Plan, raw: dict) -> VariableValues | None:
 
 
 def _arguments(field: _Field, variables: VariableValues) -> dict | None:
-    """`get_argument_values` of a field whose arguments are all variables (`_Field.arguments`), when each has
-    a value it may take (None: that function answers, its errors included)."""
+    """`get_argument_values` of a field whose arguments are all variables or literal objects of them
+    (`_Field.arguments`), when each has a value it may take (None: that function answers, its errors
+    included)."""
     coerced = variables.coerced
     args = {}
-    for out_name, variable, non_null in field.arguments:
-        value = coerced.get(variable, Undefined)
+    for out_name, source, non_null in field.arguments:
+        value = coerced.get(source, Undefined) if type(source) is str else _coerce_literal_object(source, coerced)
         if value is Undefined or (value is None and non_null):
             return None
         args[out_name] = value
     return args
+
+
+def _coerce_literal_object(literal: _LiteralObject, coerced: dict) -> Any:
+    """What graphql-core's `coerce_input_literal` answers for the literal object, given the coerced
+    variables: its fields in the type's order, a field left out (or whose variable has no value) taking
+    its default if it has one; Undefined where that function answers Undefined."""
+    values: dict[str, Any] = {}
+    for out_name, source, constant, required, non_null, field in literal.fields:
+        if source is _CONSTANT:
+            values[out_name] = constant
+            continue
+        value = Undefined if source is None else coerced.get(source, Undefined)
+        if value is Undefined:
+            if required:
+                return Undefined
+            default = coerce_default_value(field)
+            if default is not Undefined:
+                values[out_name] = default
+            continue
+        if value is None and non_null:
+            return Undefined
+        values[out_name] = value
+    return literal.type.out_type(values)
 
 
 class _Run:

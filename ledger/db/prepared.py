@@ -1,4 +1,4 @@
-"""One hot statement (a primary-key read) run on libpq's prepared-statement call, without a cursor.
+"""A statement psycopg has prepared on a connection, run on libpq's prepared-statement call without a cursor.
 
 A psycopg `conn.execute(...).fetchone()` spends more of its client CPU in the cursor's Python (the query's
 conversion, the prepare manager's bookkeeping, the cursor's result state) than in libpq: ~45–80 µs a
@@ -15,15 +15,25 @@ connection's lock, `conn.wait` on psycopg's own `execute` generator (so a broken
 interrupted wait fails as in a cursor), and `error_from_result` for a failed statement (the same
 exception class, SQLSTATE and diagnostics).
 
-Anything out of the ordinary takes the cursor, which answers it as always: a connection in a pipeline,
-one with deferred statements to send first (db/pool.py `defer`), a closed connection, a transaction past
-its deadline (the pool's cursor refuses it), a statement psycopg has not prepared. It is for reads of a
-fixed text (a module constant), whose columns' names it keeps.
+The connection's deferred statements (db/pool.py `defer`: a call's SAVEPOINT, a tool's statement_timeout)
+go first, in the same round trip, as the pool's cursor sends them: in one libpq pipeline with the
+statement, each a bare protocol command whose result is only checked for an error, the first error
+raised as the round trip's failure (psycopg's own pipeline, which the cursor enters for them, costs more
+client CPU than the statement itself). Anything else out of the ordinary takes the cursor, which answers
+it as always: a connection in psycopg's pipeline, a closed connection, one whose rows are not dicts, a
+transaction past its deadline (the pool's cursor refuses it), a statement psycopg has not prepared.
+
+It is for statements of a fixed text that answer rows, whose columns' names it keeps: a SELECT, or a
+write that returns what it wrote (a failure of either raises what the cursor raises; a statement that
+answers no rows raises what the cursor's fetch raises). A module's hot statement is a `PreparedRead`
+constant; any other text that `Scope.one`/`all` run gets one kept by its text (`statement_of`), so every
+statement a connection runs often enough for psycopg to prepare it takes this path.
 """
 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -31,6 +41,9 @@ import psycopg
 from psycopg import adapt, pq
 from psycopg import errors as pgerrors
 from psycopg.generators import execute as _execute
+from psycopg.generators import fetch_many as _fetch_many
+from psycopg.generators import send as _send
+from psycopg.rows import dict_row
 
 try:  # psycopg's own conversion, so that the key is psycopg's key
     from psycopg._queries import _query2pg
@@ -56,11 +69,12 @@ def _internals_present() -> bool:
 SUPPORTED = _internals_present()
 
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
+_FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
 _TEXT = pq.Format.TEXT
 
 
 class PreparedRead:
-    """A SELECT with `%s` placeholders, answering at most one row as a dict."""
+    """A statement with `%s` placeholders that answers rows, each as a dict (`fetch_one`, `fetch_all`)."""
 
     __slots__ = ("sql", "query", "formats", "count", "names")
 
@@ -77,21 +91,67 @@ class PreparedRead:
         self.names: tuple[str, ...] | None = None  # its columns' names, once a result shows them
 
 
+_BY_TEXT: dict[str, PreparedRead | None] = {}
+# Texts kept before starting over: far more than the statements the ledger's code has (texts built with
+# a varying part, such as a listing's filters, would otherwise grow the dictionary without end).
+_BY_TEXT_LIMIT = 1024
+
+
+def statement_of(sql: str) -> PreparedRead | None:
+    """The `PreparedRead` of a statement text, kept by the text; None for one this path does not take
+    (named placeholders, or any text psycopg's conversion refuses: the cursor then raises its error)."""
+    try:
+        return _BY_TEXT[sql]
+    except KeyError:
+        pass
+    statement = None
+    if SUPPORTED:
+        try:
+            statement = PreparedRead(sql)
+        except Exception:  # noqa: BLE001 - the cursor reports whatever is wrong with the text
+            statement = None
+    if len(_BY_TEXT) >= _BY_TEXT_LIMIT:
+        _BY_TEXT.clear()
+    _BY_TEXT[sql] = statement  # racing threads store equal statements: the last write wins harmlessly
+    return statement
+
+
 def fetch_one(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> dict | None:
     """`conn.execute(statement.sql, params).fetchone()`, as a dict row: the same row, or the same error."""
-    # The count first: it is -1 when this psycopg lacks the parts below, which are then never touched.
-    if (len(params) == statement.count and conn._pipeline is None and not getattr(conn, "ledger_deferred", None)
-            and not conn.closed and not _past_deadline(conn)):
-        try:
-            row = _fetch_one(conn, statement, params)
-        except pgerrors._NO_TRACEBACK as ex:  # as psycopg's cursor raises them: without its frames
-            raise ex.with_traceback(None)
-        if row is not _NOT_PREPARED:
-            return row
-    return conn.execute(statement.sql, params).fetchone()
+    result = _prepared_result(conn, statement, params)
+    if result is _NOT_PREPARED:
+        return conn.execute(statement.sql, params).fetchone()
+    if result is None:
+        return None
+    tx, names = result
+    return tx.load_row(0, lambda row: dict(zip(names, row)))
+
+
+def fetch_all(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> list[dict]:
+    """`conn.execute(statement.sql, params).fetchall()`, as dict rows: the same rows, or the same error."""
+    result = _prepared_result(conn, statement, params)
+    if result is _NOT_PREPARED:
+        return conn.execute(statement.sql, params).fetchall()
+    if result is None:
+        return []
+    tx, names = result
+    return tx.load_rows(0, tx.pgresult.ntuples, lambda row: dict(zip(names, row)))
 
 
 _NOT_PREPARED = object()
+
+
+def _prepared_result(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> object:
+    """(a Transformer holding the statement's result, its columns' names); None for a result of no rows;
+    `_NOT_PREPARED` when the cursor must run it."""
+    # The count first: it is -1 when this psycopg lacks the parts below, which are then never touched.
+    if (len(params) == statement.count and conn._pipeline is None and conn.row_factory is dict_row
+            and not conn.closed and not _past_deadline(conn)):
+        try:
+            return _run(conn, statement, params)
+        except pgerrors._NO_TRACEBACK as ex:  # as psycopg's cursor raises them: without its frames
+            raise ex.with_traceback(None)
+    return _NOT_PREPARED
 
 
 def _past_deadline(conn: psycopg.Connection) -> bool:
@@ -99,7 +159,7 @@ def _past_deadline(conn: psycopg.Connection) -> bool:
     return deadline is not None and time.monotonic() >= deadline
 
 
-def _fetch_one(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> object:
+def _run(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> object:
     tx = adapt.Transformer(conn)
     values = tx.dump_sequence(params, statement.formats)
     key = (statement.query, tx.types or ())
@@ -110,8 +170,13 @@ def _fetch_one(conn: psycopg.Connection, statement: PreparedRead, params: tuple)
         if name is None or manager._to_flush:
             return _NOT_PREPARED  # not prepared (yet), or psycopg has statements of its own to drop first
         manager._names.move_to_end(key)  # a use, as a cursor's would count in psycopg's LRU
-        pgconn.send_query_prepared(name, values, param_formats=tx.formats, result_format=_TEXT)
-        results = conn.wait(_execute(pgconn))
+        deferred = getattr(conn, "ledger_deferred", None)
+        if deferred:
+            conn.ledger_deferred = []  # sent once, whatever happens next, as the pool's cursor sends them
+            results = conn.wait(_pipelined(pgconn, deferred, name, values, tx.formats))
+        else:
+            pgconn.send_query_prepared(name, values, param_formats=tx.formats, result_format=_TEXT)
+            results = conn.wait(_execute(pgconn))
     result = results[0] if len(results) == 1 else None
     if result is None or result.status != _TUPLES_OK:
         raise _failure(conn, result)
@@ -122,11 +187,43 @@ def _fetch_one(conn: psycopg.Connection, statement: PreparedRead, params: tuple)
     if not result.ntuples:
         return None
     tx.set_pgresult(result)
-    return tx.load_row(0, lambda row: dict(zip(names, row)))
+    return tx, names
+
+
+def _pipelined(pgconn: pq.abc.PGconn, deferred: list, name: bytes, values: list, formats: list) -> Any:
+    """The generator sending the deferred statements and the prepared one in one pipeline, then a sync:
+    the prepared statement's results; the first failure among the deferred ones raised instead."""
+    pgconn.enter_pipeline_mode()
+    try:
+        for statement in deferred:
+            pgconn.send_query_params(statement.command, statement.values)
+        pgconn.send_query_prepared(name, values, param_formats=formats, result_format=_TEXT)
+        pgconn.pipeline_sync()
+        yield from _send(pgconn)
+        groups = []
+        for _ in range(len(deferred) + 2):  # each statement's results, then the sync's
+            groups.append((yield from _fetch_many(pgconn)))
+    except BaseException:
+        if pgconn.status == pq.ConnStatus.OK:
+            with contextlib.suppress(psycopg.Error):
+                pgconn.exit_pipeline_mode()
+        raise
+    pgconn.exit_pipeline_mode()
+    for results in groups[:-2]:
+        for result in results:
+            if result.status == _FATAL_ERROR:
+                raise pgerrors.error_from_result(result, encoding=pgconn._encoding)
+    return groups[-2]
 
 
 def _failure(conn: psycopg.Connection, result: Any) -> Exception:
-    if result is not None and result.status == pq.ExecStatus.FATAL_ERROR:
+    """What the cursor's fetch raises for a result that holds no rows."""
+    if result is None:
+        return pgerrors.InternalError("unexpected results from a prepared statement: not one result")
+    if result.status == _FATAL_ERROR:
         return pgerrors.error_from_result(result, encoding=conn.pgconn._encoding)
-    return pgerrors.InternalError("unexpected result from a prepared read: "
-                                  + (pq.ExecStatus(result.status).name if result is not None else "none"))
+    if result.command_status:
+        detail = f" (command status: {result.command_status.decode()})"
+    else:
+        detail = f" (result status: {pq.ExecStatus(result.status).name})"
+    return pgerrors.ProgrammingError(f"the last operation didn't produce records{detail}")

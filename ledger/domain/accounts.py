@@ -103,6 +103,21 @@ def list_accounts(scope: Scope, first: int, after: str | None) -> list[dict]:
 
 # ---------------------------------------------------------------------------- transfers
 
+# A money call's two statements, on their prepared statements without a cursor once psycopg has prepared
+# them (db/prepared.py). The lock takes both rows in id order, so that opposite transfers cannot deadlock;
+# the two ids go as two parameters, not an array (psycopg's array adapter: ~40 us of CPU a statement).
+_LOCK_ACCOUNTS = PreparedRead(
+    f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE tenant_id = %s AND id IN (%s, %s) ORDER BY id FOR UPDATE")
+# The transfer and both balances in one statement (one round trip): the balances change only when the
+# transfer row was inserted, so a transfer id already taken changes nothing.
+_TRANSFER = PreparedRead(
+    "WITH t AS (INSERT INTO transfers (tenant_id, id, from_account_id, to_account_id, amount, currency, memo,"
+    " execution_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+    f" RETURNING {_TRANSFER_COLUMNS}),"
+    " u AS (UPDATE accounts SET balance = balance + CASE WHEN id = %s THEN -%s::bigint ELSE %s::bigint END"
+    f" WHERE tenant_id = %s AND id IN (%s, %s) AND EXISTS (SELECT 1 FROM t) RETURNING {_ACCOUNT_COLUMNS})"
+    f" SELECT {_TRANSFERRED_COLUMNS} FROM t CROSS JOIN u")
+
 
 def create_transfer(scope: Scope, transfer_id: uuid.UUID, from_id: uuid.UUID, to_id: uuid.UUID, amount: int,
                     memo: str | None) -> dict:
@@ -114,12 +129,7 @@ def create_transfer(scope: Scope, transfer_id: uuid.UUID, from_id: uuid.UUID, to
         raise InvalidInput("a transfer needs two different accounts", hint="choose another destination account")
     if memo is not None and len(memo) > 1000:
         raise InvalidInput("a memo is at most 1,000 characters", hint="shorten the memo")
-    # Lock both rows in id order so opposite transfers cannot deadlock. The two ids go as two parameters,
-    # not an array: psycopg's array adapter costs ~40 us of CPU per statement.
-    rows = scope.all(
-        f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE tenant_id = %s AND id IN (%s, %s) ORDER BY id FOR UPDATE",
-        (scope.tenant_id, from_id, to_id),
-    )
+    rows = scope.read_all(_LOCK_ACCOUNTS, (scope.tenant_id, from_id, to_id))
     by_id = {r["id"]: r for r in rows}
     for label, account_id in (("fromAccountId", from_id), ("toAccountId", to_id)):
         if account_id not in by_id:
@@ -146,15 +156,8 @@ def create_transfer(scope: Scope, transfer_id: uuid.UUID, from_id: uuid.UUID, to
         )
     if new_source_balance < -INT64_MAX - 1 or target["balance"] + amount > INT64_MAX:
         raise InvalidAmount("the transfer would overflow a 64-bit balance", hint="move a smaller amount")
-    # The transfer and both balances in one statement (one round trip): the balances change only when the
-    # transfer row was inserted, so a transfer id already taken changes nothing.
-    rows = scope.all(
-        "WITH t AS (INSERT INTO transfers (tenant_id, id, from_account_id, to_account_id, amount, currency, memo,"
-        " execution_id) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
-        f" RETURNING {_TRANSFER_COLUMNS}),"
-        " u AS (UPDATE accounts SET balance = balance + CASE WHEN id = %s THEN -%s::bigint ELSE %s::bigint END"
-        f" WHERE tenant_id = %s AND id IN (%s, %s) AND EXISTS (SELECT 1 FROM t) RETURNING {_ACCOUNT_COLUMNS})"
-        f" SELECT {_TRANSFERRED_COLUMNS} FROM t CROSS JOIN u",
+    rows = scope.read_all(
+        _TRANSFER,
         (scope.tenant_id, transfer_id, from_id, to_id, amount, source["currency"], memo, scope.writing_execution_id,
          from_id, amount, amount, scope.tenant_id, from_id, to_id),
     )
