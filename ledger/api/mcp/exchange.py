@@ -19,6 +19,12 @@ one that passes, the route's handler step opens the request's transaction, valid
 makes the call on one request thread (the transport's way takes two trips to one: the route's opening,
 then the handler's).
 
+The checks before the handler read the headers from one pass over the ASGI scope's list (`_first_values`:
+each name's first value, as starlette's `Headers.get` reads it), handed to the SDK's check functions in
+place of a starlette Request, instead of one scan of the list per header read. A `tools/call` result as the
+ledger builds one is shaped by `shaped_tool_result`, to the very dict the SDK's `_serialize` makes of it, without
+its three dumps and the validation between them; any other result takes `_serialize`.
+
 `Mcp-Param-*` headers are not checked: the ledger's `get_tool_input_schema` resolves no schema
 (ledger/api/mcp/endpoint.py), so the SDK's check (`_mcp_param_rejection`) passes every request.
 """
@@ -26,6 +32,7 @@ then the handler's).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -35,12 +42,12 @@ from mcp.server.runner import ServerRunner, _apply_middleware, _dump_result, mod
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.transport_security import TransportSecurityMiddleware
 from mcp.shared.exceptions import MCPError
-from mcp.shared.inbound import (ERROR_CODE_HTTP_STATUS, InboundLadderRejection, classify_inbound_request,
-                                find_duplicated_routing_header)
-from mcp_types import ErrorData, JSONRPCError, JSONRPCRequest, JSONRPCResponse
+from mcp.shared.inbound import (ERROR_CODE_HTTP_STATUS, MCP_METHOD_HEADER, MCP_NAME_HEADER,
+                                MCP_PROTOCOL_VERSION_HEADER, InboundLadderRejection, classify_inbound_request)
+import mcp_types as types
+from mcp_types import SERVER_INFO_META_KEY, ErrorData, JSONRPCError, JSONRPCRequest, JSONRPCResponse
 from mcp_types import methods as _methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from starlette.requests import Request
 from starlette.types import Scope as AsgiScope, Send
 
 from .telemetry import Unobserved
@@ -48,6 +55,10 @@ from .telemetry import Unobserved
 # The methods answered here; every other one goes to the SDK's transport.
 METHODS = frozenset({"tools/call", "tools/list"})
 _VERSION_HEADER = b"mcp-protocol-version"
+# The headers the SDK refuses to see twice (`find_duplicated_routing_header`).
+_ROUTING_HEADERS = frozenset({MCP_PROTOCOL_VERSION_HEADER, MCP_METHOD_HEADER, MCP_NAME_HEADER})
+# The protocol revision whose result surface `shaped_tool_result` writes.
+SHAPED_VERSION = "2026-07-28"
 
 
 def is_single_exchange(scope: AsgiScope) -> bool:
@@ -101,17 +112,27 @@ class SingleExchange:
         self.security = security
         # Only `_serialize` of it is used: it reads the server's cache hints and serverInfo, nothing else.
         self._shaper = ServerRunner(server, None, None)  # type: ignore[arg-type]
+        # The serverInfo stamp, dumped once as the SDK dumps it once per server; a response gets a copy of
+        # its top level, which is all of it while every value is a string (otherwise the SDK's deep copy).
+        stamp = server.server_info_stamp
+        self._flat_stamp = stamp if all(type(value) is str for value in stamp.values()) else None
+
+    def _server_info(self) -> dict[str, Any]:
+        return dict(self._flat_stamp) if self._flat_stamp is not None else self.server.server_info_stamp
 
     async def prepare(self, scope: AsgiScope, body: bytes, limit: int) -> Prepared | None:
         """The request, when the SDK's checks before a handler pass and it is one answered here; None
         otherwise (nothing is sent). `body` is the whole body, at most `limit` bytes."""
-        request = Request(scope)
-        declared = request.headers.get("content-length")
+        headers = _first_values(scope["headers"])
+        if headers is None:
+            return None
+        declared = headers.get("content-length")
         if declared is not None and declared.strip().isdigit() and int(declared) > limit:
             return None  # the SDK answers 413 to the declared length (`RequestBodyLimitMiddleware`)
-        if await self.security.validate_request(request, is_post=True) is not None:
+        parsed: Any = _ParsedRequest(headers)  # all that the SDK's two checks read of a Request
+        if await self.security.validate_request(parsed, is_post=True) is not None:
             return None
-        has_json, _ = check_accept_headers(request)
+        has_json, _ = check_accept_headers(parsed)
         if not has_json:
             return None
         try:
@@ -124,10 +145,7 @@ class SingleExchange:
             envelope = JSONRPCRequest.model_validate(decoded)
         except ValueError:
             return None
-        headers = request.headers
-        if find_duplicated_routing_header(headers.items()) is not None:
-            return None
-        verdict = classify_inbound_request(decoded, headers=dict(headers))
+        verdict = classify_inbound_request(decoded, headers=headers)
         if isinstance(verdict, InboundLadderRejection):
             return None
         entry = self.server.get_request_handler(envelope.method)
@@ -155,6 +173,10 @@ class SingleExchange:
             if isinstance(result, ErrorData):
                 raise MCPError.from_error_data(result)
             # Shaped for the wire inside the middleware chain, as the SDK's kernel does.
+            if ctx.method == "tools/call" and version == SHAPED_VERSION and not self.server.cache_hints:
+                shaped = shaped_tool_result(result, self._server_info)
+                if shaped is not None:
+                    return shaped
             return self._shaper._serialize(ctx.method, version, result)
 
         call: Any = handle
@@ -169,6 +191,97 @@ class SingleExchange:
             await _send(ERROR_CODE_HTTP_STATUS.get(error.error.code, 200), _dumped(error), send)
             return
         await _send(200, _response_body(envelope.id, result), send)
+
+
+class _ParsedRequest:
+    """`request.headers` as the SDK's transport security and Accept checks read it, on parsed headers."""
+
+    __slots__ = ("headers",)
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        self.headers = headers
+
+
+def _first_values(raw: list[tuple[bytes, bytes]]) -> dict[str, str] | None:
+    """Each header's first value by its name, as starlette's `Headers` (and `dict()` of it) reads them; None
+    when a routing header appears twice (the SDK refuses it), or a name is not in lower case (ASGI's rule,
+    on which `Headers`' lookups rely: such a request takes the SDK's way)."""
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        key = name.decode("latin-1")
+        if key in headers:
+            if key in _ROUTING_HEADERS:
+                return None
+            continue
+        if name.lower() != name:
+            return None
+        headers[key] = value.decode("latin-1")
+    return headers
+
+
+def shaped_tool_result(result: Any, server_info: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """`ServerRunner._serialize("tools/call", "2026-07-28", result)` for a `CallToolResult` as the ledger builds
+    one (text blocks, JSON values, a `_meta` dict), built directly: the SDK dumps the model, validates the dump
+    against the revision's surface, dumps that again (dropping `_meta`'s null members) and stamps a copy of
+    the serverInfo. None for any other result, which takes `_serialize`: a value JSON mode would rewrite (a
+    non-finite float, a tuple, a non-string key), a block other than plain text, a `_meta` of another kind
+    or one that names serverInfo itself."""
+    if type(result) is not types.CallToolResult or result.result_type != "complete" or \
+            type(result.is_error) is not bool:
+        return None
+    content = []
+    for block in result.content:
+        if type(block) is not types.TextContent or block.type != "text" or type(block.text) is not str or \
+                block.annotations is not None or block.meta is not None:
+            return None
+        content.append({"text": block.text, "type": "text"})
+    structured, meta = result.structured_content, result.meta
+    if structured is not None and not _plain_json(structured):
+        return None
+    shaped: dict[str, Any] = {}
+    if meta is not None:
+        if type(meta) is not dict:
+            return None
+        shown = {}
+        for key, value in meta.items():
+            if type(key) is not str or key == SERVER_INFO_META_KEY:
+                return None
+            if value is not None:
+                if not _plain_json(value):
+                    return None
+                shown[key] = value
+        shown[SERVER_INFO_META_KEY] = server_info()
+        shaped["_meta"] = shown
+    shaped["content"] = content
+    shaped["isError"] = result.is_error
+    shaped["resultType"] = "complete"
+    if structured is not None:
+        shaped["structuredContent"] = structured
+    if meta is None:
+        shaped["_meta"] = {SERVER_INFO_META_KEY: server_info()}  # stamped after the sieve: the last key
+    return shaped
+
+
+def _plain_json(value: Any) -> bool:
+    """Whether a value is one that pydantic's JSON mode gives back equal, in the same order: dicts with
+    string keys, lists, strings, integers, finite floats, booleans and nulls."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    return False
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif kind is float:
+            if not math.isfinite(item):
+                return False
+        elif kind is not str and kind is not int and kind is not bool and item is not None:
+            return False
+    return True
 
 
 def _dumped(message: JSONRPCResponse | JSONRPCError) -> bytes:

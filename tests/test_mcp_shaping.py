@@ -1,0 +1,102 @@
+"""The direct single-exchange answer's two shortcuts (ledger/api/mcp/exchange.py) against the SDK's own steps:
+a tool result shaped without `ServerRunner._serialize` must be the dict it makes, key order included, and
+headers parsed once must read as starlette's `Headers` reads them. Whatever a shortcut does not cover
+takes the SDK's way."""
+
+from __future__ import annotations
+
+import json
+
+import mcp_types as types
+import pytest
+from mcp.server import Server
+from mcp.server.runner import ServerRunner
+from starlette.datastructures import Headers
+
+from ledger.api.mcp.exchange import SHAPED_VERSION, _first_values, shaped_tool_result
+from ledger.api.mcp.tools import ListedTool, failed, succeeded
+
+SERVER = Server("ledger")
+SHAPER = ServerRunner(SERVER, None, None)  # type: ignore[arg-type]
+OBJECT_TOOL = ListedTool("t", {}, {"tool": {"outputSchema": {"type": "object"}}})
+SCALAR_TOOL = ListedTool("t", {}, {"tool": {"outputSchema": {"type": "string"}}})
+META = {"ledger/executionId": "6f1c1d64-7d1e-4d7f-9b1c-1d2a3b4c5d6e"}
+
+
+def _wire(shaped: dict) -> str:
+    return json.dumps(shaped, separators=(",", ":"))
+
+
+LEDGER_RESULTS = {
+    "an object output": succeeded(OBJECT_TOOL, {"balance": "10.00", "id": "a"}, META),
+    "nested nulls, lists, numbers": succeeded(OBJECT_TOOL, {"n": None, "l": [None, {"a": None}, 1.5, -0.0, 1e300,
+                                                                            2 ** 80, True]}, META),
+    "non-ASCII text": succeeded(OBJECT_TOOL, {"name": "Zoë ✓ 𝄞", "\u00e9": "\u2028"}, META),
+    "a wrapped scalar": succeeded(SCALAR_TOOL, "just text", META),
+    "a null output": succeeded(OBJECT_TOOL, None, META),
+    "a session id": succeeded(OBJECT_TOOL, {"x": 1}, {**META, "ledger/sessionId": "s-1"}),
+    "a null member of _meta": succeeded(OBJECT_TOOL, {"x": 1}, {**META, "ledger/sessionId": None}),
+    "an empty _meta": succeeded(OBJECT_TOOL, {"x": 1}, {}),
+    "a failure without a hint": failed("bad_request", "no such account", None, META),
+    "a failure with a hint": failed("retryable", "try again", "later", {**META, "ledger/preview": True}),
+    "no _meta": types.CallToolResult(content=[types.TextContent(text="t")], structured_content={"a": [1]}),
+    "no content": types.CallToolResult(content=[], is_error=True, _meta={"k": {"deep": [None]}}),
+    "two text blocks": types.CallToolResult(content=[types.TextContent(text="a"), types.TextContent(text="b")]),
+}
+
+
+@pytest.mark.parametrize("result", LEDGER_RESULTS.values(), ids=LEDGER_RESULTS.keys())
+def test_a_ledger_tool_result_is_shaped_as_the_sdk_serializes_it(result):
+    shaped = shaped_tool_result(result, lambda: SERVER.server_info_stamp)
+    assert shaped is not None
+    assert _wire(shaped) == _wire(SHAPER._serialize("tools/call", SHAPED_VERSION, result))
+
+
+OTHER_RESULTS = {
+    "a non-finite float": succeeded(OBJECT_TOOL, {"x": float("nan")}, META),
+    "an infinity in _meta": types.CallToolResult(content=[], _meta={"k": float("inf")}),
+    "a tuple": types.CallToolResult(content=[], structured_content={"t": (1, 2)}),
+    "a non-string key": types.CallToolResult(content=[], structured_content={"d": {1: "one"}}),
+    "a serverInfo of its own": types.CallToolResult(content=[], _meta={"io.modelcontextprotocol/serverInfo": None}),
+    "an annotated block": types.CallToolResult(content=[types.TextContent(text="a", annotations={"priority": 1})]),
+    "a block's _meta": types.CallToolResult(content=[types.TextContent(text="a", _meta={"k": 1})]),
+    "an image": types.CallToolResult(content=[types.ImageContent(data="AAAA", mime_type="image/png")]),
+    "another result type": types.CallToolResult(content=[], result_type="input_required"),
+    "a listing": types.ListToolsResult(tools=[]),
+}
+
+
+@pytest.mark.parametrize("result", OTHER_RESULTS.values(), ids=OTHER_RESULTS.keys())
+def test_a_result_the_shortcut_does_not_cover_is_left_to_the_sdk(result):
+    assert shaped_tool_result(result, lambda: SERVER.server_info_stamp) is None
+
+
+def test_a_shaped_result_stamps_a_server_info_of_its_own():
+    first = shaped_tool_result(LEDGER_RESULTS["an object output"], lambda: SERVER.server_info_stamp)
+    second = shaped_tool_result(LEDGER_RESULTS["an object output"], lambda: SERVER.server_info_stamp)
+    info = "io.modelcontextprotocol/serverInfo"
+    assert first["_meta"][info] == second["_meta"][info] and first["_meta"][info] is not second["_meta"][info]
+
+
+RAW_HEADERS = [(b"host", b"127.0.0.1:8000"), (b"accept", b"application/json, text/event-stream"),
+               (b"content-type", b"application/json"), (b"x-repeated", b"first"), (b"x-repeated", b"second"),
+               (b"mcp-protocol-version", b"2026-07-28"), (b"mcp-method", b"tools/call"),
+               (b"mcp-name", b"=?base64?w6k=?="), (b"x-latin", "caf\u00e9".encode("latin-1"))]
+
+
+def test_headers_parsed_once_read_as_starlette_s_headers_read_them():
+    parsed = _first_values(RAW_HEADERS)
+    starlette = Headers(scope={"type": "http", "headers": RAW_HEADERS})
+    assert parsed == dict(starlette)
+    for name in ("host", "accept", "content-type", "x-repeated", "mcp-name", "x-latin", "origin", "Accept"):
+        assert parsed.get(name.lower()) == starlette.get(name)
+
+
+@pytest.mark.parametrize("extra", [(b"mcp-method", b"tools/call"), (b"mcp-protocol-version", b"2026-07-28"),
+                                   (b"mcp-name", b"other")])
+def test_a_routing_header_sent_twice_is_left_to_the_sdk(extra):
+    assert _first_values([*RAW_HEADERS, extra]) is None
+
+
+def test_a_header_name_not_in_lower_case_is_left_to_the_sdk():
+    assert _first_values([*RAW_HEADERS, (b"Origin", b"http://example.com")]) is None
