@@ -133,7 +133,7 @@ def test_a_request_the_sdk_refuses_before_a_handler_is_left_to_the_sdk(served, e
 
 # ---------------------------------------------------------------------------- the server's actions read ahead
 # The route reads the actions a server references with its row, in the request's first round trip
-# (ledger/actions/mcp_servers.py `server_tools_by_name_query`); a reference that statement does not read
+# (ledger/actions/mcp_servers.py `server_and_tools_by_name_query`); a reference that statement does not read
 # is read by `load_action` as before. Stored references in forms the write path never produces take both.
 
 

@@ -53,7 +53,7 @@ class Caller:
     deadline: float
     # The request's transaction, in which the route read the client and the server: the first attempt's.
     opened: HeldTransaction
-    # The rows of the server's actions, read with the server's in `opened` (`tool_rows_of_row`): valid in
+    # The rows of the server's actions, read with the server's in `opened` (`server_and_tools_of_row`): valid in
     # that transaction only.
     tool_rows: Preloaded = field(default_factory=dict)
 

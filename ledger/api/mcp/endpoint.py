@@ -28,8 +28,7 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope as AsgiScope, Send
 
-from ...actions.mcp_servers import (load_server_by_name, server_by_name_query, server_tools_by_name_query,
-                                    tool_rows_of_row)
+from ...actions.mcp_servers import load_server_by_name, server_and_tools_by_name_query, server_and_tools_of_row
 from ...config import Settings
 from ...errors import LedgerError, PermissionDenied, Retryable, Unauthenticated
 from ...services import Services
@@ -223,15 +222,15 @@ class McpEndpoint:
             raise _refusal_of(exc) from None
 
     def _open(self, claims: Any, name: str, deadline: float) -> Caller:
-        """The caller and the record, read in the request's transaction (BEGIN, the client's row, the
-        record's row and the rows of the actions it lists in one round trip), which stays open for the
+        """The caller and the record, read in the request's transaction (BEGIN, the client's row, and the
+        record's row with the rows of the actions it lists, in one round trip), which stays open for the
         handler."""
         held = HeldTransaction.open(self.services, claims, deadline,
-                                    also=[server_by_name_query(claims.tenant_id, name),
-                                          server_tools_by_name_query(claims.tenant_id, name)])
+                                    also=[server_and_tools_by_name_query(claims.tenant_id, name)])
         try:
             request = held.transaction
-            server = load_server_by_name(request.scope(), name, row=request.rows[0])
+            server_row, tool_rows = server_and_tools_of_row(request.rows[0])
+            server = load_server_by_name(request.scope(), name, row=server_row)
             if claims.mcp_server is not None and (server is None or server.id != claims.mcp_server):
                 # Before the 404: a confined token learns nothing about the tenant's other servers.
                 raise Unauthenticated(f"this token is confined to MCP server {claims.mcp_server}",
@@ -243,8 +242,7 @@ class McpEndpoint:
         except BaseException:
             held.discard()
             raise
-        return Caller(request.principal, request.policies, server, deadline, held,
-                      tool_rows=tool_rows_of_row(request.rows[1]))
+        return Caller(request.principal, request.policies, server, deadline, held, tool_rows=tool_rows)
 
     # ------------------------------------------------------------------ the handlers
 

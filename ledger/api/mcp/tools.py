@@ -70,7 +70,7 @@ class ListedTool:
         return output
 
 
-# The rows of the server's actions read ahead in this transaction (`tool_rows_of_row`), by (id, version).
+# The rows of the server's actions read ahead in this transaction (`server_and_tools_of_row`), by (id, version).
 Preloaded = dict[tuple[uuid.UUID, int | None], dict]
 
 
