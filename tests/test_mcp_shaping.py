@@ -6,6 +6,7 @@ takes the SDK's way."""
 from __future__ import annotations
 
 import json
+import uuid
 
 import mcp_types as types
 import pytest
@@ -13,7 +14,7 @@ from mcp.server import Server
 from mcp.server.runner import ServerRunner
 from starlette.datastructures import Headers
 
-from ledger.api.mcp.exchange import SHAPED_VERSION, _first_values, shaped_tool_result
+from ledger.api.mcp.exchange import SHAPED_VERSION, _first_values, _response_body, _written_alike, shaped_tool_result
 from ledger.api.mcp.tools import ListedTool, failed, succeeded
 
 SERVER = Server("ledger")
@@ -100,3 +101,34 @@ def test_a_routing_header_sent_twice_is_left_to_the_sdk(extra):
 
 def test_a_header_name_not_in_lower_case_is_left_to_the_sdk():
     assert _first_values([*RAW_HEADERS, (b"Origin", b"http://example.com")]) is None
+
+
+def _standard_library_body(request_id, result) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}, separators=(",", ":"),
+                      allow_nan=False).encode()
+
+
+BODIES = {
+    "a shaped call": ("1", shaped_tool_result(LEDGER_RESULTS["an object output"], lambda: SERVER.server_info_stamp)),
+    "escapes orjson and json.dumps write alike": (7, {"text": "\"quoted\" \\ \n\t\b\f\r \x00\x1f /"}),
+    "a float": (7, {"x": 1e16, "y": 0.1}),
+    "non-ASCII text": (7, {"x": "Zoë 𝄞"}),
+    "DEL": (7, {"x": "\x7f"}),
+    "an integer beyond 64 bits": (7, {"x": 2 ** 64, "y": -(2 ** 63) - 1}),
+    "an integer at 64 bits' edges": (7, {"x": 2 ** 63 - 1, "y": -(2 ** 63)}),
+    "nested lists and nulls": (None, {"a": [[], {}, [None, True, False, 0, ""]]}),
+}
+
+
+@pytest.mark.parametrize("request_id, result", BODIES.values(), ids=BODIES.keys())
+def test_a_response_body_is_the_standard_library_s_text(request_id, result):
+    assert _response_body(request_id, result) == _standard_library_body(request_id, result)
+
+
+@pytest.mark.parametrize("value", [{"x": 1.5}, {"x": [0.0]}, {1: "a"}, {"x": ("a",)}, {"x": uuid.uuid4()}])
+def test_a_float_or_a_value_of_another_type_is_not_written_by_orjson(value):
+    assert not _written_alike(value)
+
+
+def test_json_s_own_types_without_floats_are_written_by_orjson():
+    assert _written_alike({"a": [None, True, 1, "s", {"b": []}]})
