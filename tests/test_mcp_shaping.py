@@ -14,7 +14,8 @@ from mcp.server import Server
 from mcp.server.runner import ServerRunner
 from starlette.datastructures import Headers
 
-from ledger.api.mcp.exchange import SHAPED_VERSION, _first_values, _response_body, _written_alike, shaped_tool_result
+from ledger.api.mcp.exchange import SHAPED_VERSION, _first_values, _response_body, shaped_tool_result
+from ledger.api.mcp.json_text import written_alike
 from ledger.api.mcp.tools import ListedTool, failed, succeeded
 
 SERVER = Server("ledger")
@@ -127,8 +128,41 @@ def test_a_response_body_is_the_standard_library_s_text(request_id, result):
 
 @pytest.mark.parametrize("value", [{"x": 1.5}, {"x": [0.0]}, {1: "a"}, {"x": ("a",)}, {"x": uuid.uuid4()}])
 def test_a_float_or_a_value_of_another_type_is_not_written_by_orjson(value):
-    assert not _written_alike(value)
+    assert not written_alike(value)
 
 
 def test_json_s_own_types_without_floats_are_written_by_orjson():
-    assert _written_alike({"a": [None, True, 1, "s", {"b": []}]})
+    assert written_alike({"a": [None, True, 1, "s", {"b": []}]})
+
+
+TEXTS = {
+    "plain values": {"a": [None, True, False, 0, -1, "s"], "b": {}},
+    "escapes": "\"quoted\" \\ \n\t\b\f\r \x00\x1f \x7f /",
+    "non-ASCII text": {"Zoë": "✓ 𝄞 \u2028 \u2029"},
+    "a float": {"x": 1e16, "y": 0.1, "z": -0.0},
+    "an integer beyond 64 bits": [2 ** 64, -(2 ** 63) - 1],
+    "a lone surrogate": "\ud800",
+    "a UUID (written by str)": {"id": uuid.UUID(int=7)},
+}
+
+
+@pytest.mark.parametrize("value", TEXTS.values(), ids=TEXTS.keys())
+def test_a_tool_result_s_text_is_the_standard_library_s(value):
+    from ledger.api.mcp.tools import _text
+
+    assert _text(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+# Which of TEXTS orjson writes, as ASCII-only text and as UTF-8 text: the others take the standard library.
+WRITTEN_BY_ORJSON = {"plain values": (True, True), "escapes": (False, True), "non-ASCII text": (False, True)}
+
+
+@pytest.mark.parametrize("name", TEXTS)
+@pytest.mark.parametrize("ascii_only", [True, False])
+def test_orjson_s_text_is_given_only_where_it_is_the_standard_library_s(name, ascii_only):
+    from ledger.api.mcp.json_text import orjson_text
+
+    text = orjson_text(TEXTS[name], ascii_only=ascii_only)
+    if text is not None:
+        assert text == json.dumps(TEXTS[name], ensure_ascii=ascii_only, separators=(",", ":")).encode()
+    assert (text is not None) is WRITTEN_BY_ORJSON.get(name, (False, False))[0 if ascii_only else 1]

@@ -160,9 +160,10 @@ _UNREAD = object()
 # cast can fail in this statement); the listing reads it as before (`server_and_tools_of_row`).
 _SERVER_COLUMNS = tuple(column.strip() for column in _COLUMNS.split(","))
 _TOOL_COLUMNS = (*HEADER_COLUMNS, "v_version", "v_definition", "v_enabled", "v_created_at", "ref_version")
+_TOOL_ALIASES = tuple(f"tool_{column}" for column in _TOOL_COLUMNS)
 _SERVER_AND_TOOLS_BY_NAME = (
     "SELECT " + ", ".join(f"s.{column}" for column in _SERVER_COLUMNS) + ", "
-    + ", ".join(f"tools.{column} AS tool_{column}" for column in _TOOL_COLUMNS)
+    + ", ".join(f"tools.{column} AS {alias}" for column, alias in zip(_TOOL_COLUMNS, _TOOL_ALIASES))
     + " FROM mcp_servers s LEFT JOIN LATERAL (SELECT "
     + ", ".join(f"array_agg(r.{column} ORDER BY r.position) AS {column}" for column in _TOOL_COLUMNS)
     + f" FROM (SELECT t.position, t.ref_version, {', '.join(f'a.{c}' for c in HEADER_COLUMNS)},"
@@ -198,7 +199,7 @@ def server_and_tools_of_row(row: Any) -> tuple[dict | None, dict[tuple[uuid.UUID
     if row["tool_id"] is None:
         return server, {}
     rows: dict[tuple[uuid.UUID, int | None], dict] = {}
-    for values in zip(*(row[f"tool_{column}"] for column in _TOOL_COLUMNS)):
+    for values in zip(*(row[alias] for alias in _TOOL_ALIASES)):
         found = dict(zip(_TOOL_COLUMNS, values))
         version = found.pop("ref_version")
         rows[(found["id"], version)] = found

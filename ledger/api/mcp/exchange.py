@@ -37,7 +37,6 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-import orjson
 
 from mcp.server import Server
 from mcp.server.runner import ServerRunner, _apply_middleware, _dump_result, modern_error_data
@@ -53,6 +52,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Scope as AsgiScope, Send
 
 from ..json_codec import load_json
+from .json_text import orjson_text
 from .telemetry import Unobserved
 
 # The methods answered here; every other one goes to the SDK's transport.
@@ -299,41 +299,15 @@ def _response_body(request_id: Any, result: dict[str, Any]) -> bytes:
     """`_dumped(JSONRPCResponse(...))` without validating and dumping the result a second time: it is the
     wire form already (`_serialize` dumped it in JSON mode), and the envelope's `result: dict[str, Any]` dumps
     it unchanged (nulls kept). A value JSON has no literal for (NaN, an infinity), which pydantic would
-    write differently, takes the SDK's way. orjson writes it when its text is the standard library's:
-    only JSON's own types and no float (`_written_alike`), and ASCII text without DEL (the standard library
-    escapes every other character, orjson writes it as UTF-8)."""
+    write differently, takes the SDK's way."""
     message = {"jsonrpc": "2.0", "id": request_id, "result": result}
-    if _written_alike(message):
-        try:
-            body = orjson.dumps(message)
-        except orjson.JSONEncodeError:  # an integer beyond 64 bits
-            pass
-        else:
-            if body.isascii() and b"\x7f" not in body:
-                return body
+    text = orjson_text(message, ascii_only=True)
+    if text is not None:
+        return text
     try:
         return json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError):
         return _dumped(JSONRPCResponse(jsonrpc="2.0", id=request_id, result=result))
-
-
-def _written_alike(value: Any) -> bool:
-    """Whether orjson and `json.dumps` write a value with the same structure alike: dicts with string keys,
-    lists, strings, integers, booleans and nulls (a float's shortest text differs: 1e+16 against 1e16)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is dict:
-            for key in item:
-                if type(key) is not str:
-                    return False
-            stack.extend(item.values())
-        elif kind is list:
-            stack.extend(item)
-        elif kind is not str and kind is not int and kind is not bool and item is not None:
-            return False
-    return True
 
 
 async def _send(status: int, body: bytes, send: Send) -> None:
