@@ -14,7 +14,7 @@ from mcp.server import Server
 from mcp.server.runner import ServerRunner
 from starlette.datastructures import Headers
 
-from ledger.api.mcp.exchange import SHAPED_VERSION, _first_values, _response_body, shaped_tool_result
+from ledger.api.mcp.exchange import SHAPED_VERSION, _Headers, _response_body, shaped_tool_result
 from ledger.api.mcp.json_text import written_alike
 from ledger.api.mcp.tools import ListedTool, failed, succeeded
 
@@ -51,7 +51,13 @@ LEDGER_RESULTS = {
 def test_a_ledger_tool_result_is_shaped_as_the_sdk_serializes_it(result):
     shaped = shaped_tool_result(result, lambda: SERVER.server_info_stamp)
     assert shaped is not None
-    assert _wire(shaped) == _wire(SHAPER._serialize("tools/call", SHAPED_VERSION, result))
+    assert _wire(shaped[0]) == _wire(SHAPER._serialize("tools/call", SHAPED_VERSION, result))
+
+
+@pytest.mark.parametrize("name", LEDGER_RESULTS)
+def test_a_shaped_result_says_whether_it_holds_a_float(name):
+    _, holds_float = shaped_tool_result(LEDGER_RESULTS[name], lambda: SERVER.server_info_stamp)
+    assert holds_float is (name == "nested nulls, lists, numbers")
 
 
 OTHER_RESULTS = {
@@ -74,8 +80,8 @@ def test_a_result_the_shortcut_does_not_cover_is_left_to_the_sdk(result):
 
 
 def test_a_shaped_result_stamps_a_server_info_of_its_own():
-    first = shaped_tool_result(LEDGER_RESULTS["an object output"], lambda: SERVER.server_info_stamp)
-    second = shaped_tool_result(LEDGER_RESULTS["an object output"], lambda: SERVER.server_info_stamp)
+    first, _ = shaped_tool_result(LEDGER_RESULTS["an object output"], lambda: SERVER.server_info_stamp)
+    second, _ = shaped_tool_result(LEDGER_RESULTS["an object output"], lambda: SERVER.server_info_stamp)
     info = "io.modelcontextprotocol/serverInfo"
     assert first["_meta"][info] == second["_meta"][info] and first["_meta"][info] is not second["_meta"][info]
 
@@ -87,21 +93,22 @@ RAW_HEADERS = [(b"host", b"127.0.0.1:8000"), (b"accept", b"application/json, tex
 
 
 def test_headers_parsed_once_read_as_starlette_s_headers_read_them():
-    parsed = _first_values(RAW_HEADERS)
+    parsed = _Headers.of(RAW_HEADERS)
     starlette = Headers(scope={"type": "http", "headers": RAW_HEADERS})
-    assert parsed == dict(starlette)
+    assert dict(parsed) == dict(starlette)
     for name in ("host", "accept", "content-type", "x-repeated", "mcp-name", "x-latin", "origin", "Accept"):
-        assert parsed.get(name.lower()) == starlette.get(name)
+        assert parsed.get(name) == starlette.get(name)
+        assert (parsed[name] if name in parsed else None) == (starlette[name] if name in starlette else None)
 
 
 @pytest.mark.parametrize("extra", [(b"mcp-method", b"tools/call"), (b"mcp-protocol-version", b"2026-07-28"),
                                    (b"mcp-name", b"other")])
 def test_a_routing_header_sent_twice_is_left_to_the_sdk(extra):
-    assert _first_values([*RAW_HEADERS, extra]) is None
+    assert _Headers.of([*RAW_HEADERS, extra]) is None
 
 
 def test_a_header_name_not_in_lower_case_is_left_to_the_sdk():
-    assert _first_values([*RAW_HEADERS, (b"Origin", b"http://example.com")]) is None
+    assert _Headers.of([*RAW_HEADERS, (b"Origin", b"http://example.com")]) is None
 
 
 def _standard_library_body(request_id, result) -> bytes:
@@ -110,7 +117,7 @@ def _standard_library_body(request_id, result) -> bytes:
 
 
 BODIES = {
-    "a shaped call": ("1", shaped_tool_result(LEDGER_RESULTS["an object output"], lambda: SERVER.server_info_stamp)),
+    "a shaped call": ("1", shaped_tool_result(LEDGER_RESULTS["an object output"], lambda: SERVER.server_info_stamp)[0]),
     "escapes orjson and json.dumps write alike": (7, {"text": "\"quoted\" \\ \n\t\b\f\r \x00\x1f /"}),
     "a float": (7, {"x": 1e16, "y": 0.1}),
     "non-ASCII text": (7, {"x": "Zoë 𝄞"}),
@@ -124,6 +131,12 @@ BODIES = {
 @pytest.mark.parametrize("request_id, result", BODIES.values(), ids=BODIES.keys())
 def test_a_response_body_is_the_standard_library_s_text(request_id, result):
     assert _response_body(request_id, result) == _standard_library_body(request_id, result)
+
+
+@pytest.mark.parametrize("name", [name for name in BODIES if name != "a float"])
+def test_a_float_free_response_body_is_the_standard_library_s_text(name):
+    request_id, result = BODIES[name]
+    assert _response_body(request_id, result, float_free=True) == _standard_library_body(request_id, result)
 
 
 @pytest.mark.parametrize("value", [{"x": 1.5}, {"x": [0.0]}, {1: "a"}, {"x": ("a",)}, {"x": uuid.uuid4()}])
@@ -166,3 +179,34 @@ def test_orjson_s_text_is_given_only_where_it_is_the_standard_library_s(name, as
     if text is not None:
         assert text == json.dumps(TEXTS[name], ensure_ascii=ascii_only, separators=(",", ":")).encode()
     assert (text is not None) is WRITTEN_BY_ORJSON.get(name, (False, False))[0 if ascii_only else 1]
+
+
+def test_the_security_and_accept_verdicts_kept_are_the_sdk_s():
+    import asyncio
+
+    from mcp.server.streamable_http import check_accept_headers
+    from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+    from starlette.requests import Request
+
+    from ledger.api.mcp.exchange import SingleExchange
+
+    security = TransportSecurityMiddleware(TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=["127.0.0.1:*"], allowed_origins=["http://127.0.0.1:*"]))
+    exchange = SingleExchange(SERVER, security)
+    variants = [{}, {b"content-type": b"text/plain"}, {b"host": b"attacker.example"},
+                {b"origin": b"http://attacker.example"}, {b"origin": b"http://127.0.0.1:9"},
+                {b"accept": b"text/event-stream"}, {b"accept": b"*/*"}, {b"accept": b"application/*;q=0.5"}]
+
+    async def verdicts():
+        found = []
+        for variant in variants * 2:  # the second time from what was kept
+            raw = [(name, variant.get(name, value)) for name, value in RAW_HEADERS if name != b"x-repeated"]
+            raw += [(name, value) for name, value in variant.items() if name not in dict(RAW_HEADERS)]
+            sdk = Request({"type": "http", "method": "POST", "headers": raw})
+            expected = await security.validate_request(sdk, is_post=True) is None and check_accept_headers(sdk)[0]
+            found.append((await exchange._passes_security_and_accept(_Headers.of(raw)), expected))
+        return found
+
+    found = asyncio.run(verdicts())
+    assert [kept for kept, _ in found] == [sdk for _, sdk in found]
+    assert [kept for kept, _ in found[:len(variants)]] == [True, False, False, False, True, False, True, True]

@@ -36,7 +36,7 @@ from ..json_codec import dump_json
 from ..requests import HeldTransaction
 from ..threads import RequestThreads, request_thread_count
 from .calls import Caller, McpCalls
-from .exchange import SingleExchange, is_single_exchange
+from .exchange import SingleExchange
 from .telemetry import CALLER_KEY, OBSERVED_KEY, Telemetry, Unobserved, observe_refusal
 
 log = logging.getLogger("ledger.mcp")
@@ -102,7 +102,7 @@ class McpEndpoint:
         received, over_limit = await _read_body(receive, limit)
         if received[-1]["type"] == "http.disconnect":
             return  # the client left: nobody to answer
-        if not over_limit and self._sessions is not None and is_single_exchange(scope):
+        if not over_limit and self._sessions is not None:
             body = b"".join(m.get("body", b"") for m in received if m["type"] == "http.request")
             prepared = await self._exchange.prepare(scope, body, limit)
             if prepared is not None:
@@ -156,7 +156,7 @@ class McpEndpoint:
         then one step on a request thread that opens the transaction (answering 401 or 404 as the route
         does), validates the params and makes the call."""
         try:
-            claims, deadline = self._claims(scope)
+            claims, deadline = self._claims_of(prepared.authorization)
         except _Refusal as refusal:
             observe_refusal(refusal.outcome, started, server_name=name, status=refusal.status)
             await _refusal_response(refusal)(scope, receive, send)
@@ -202,6 +202,10 @@ class McpEndpoint:
         for key, value in scope["headers"]:
             if key.lower() == b"authorization":
                 authorization = value
+        return self._claims_of(authorization)
+
+    def _claims_of(self, authorization: bytes) -> tuple[Any, float]:
+        """`_claims` of the request's last Authorization header (b"" without one)."""
         scheme, _, token = authorization.decode("latin-1").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise _Refusal(401, "unauthenticated", "this request carries no bearer token",
