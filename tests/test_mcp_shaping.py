@@ -15,7 +15,7 @@ from mcp.server.runner import ServerRunner
 from starlette.datastructures import Headers
 
 from ledger.api.mcp.exchange import SHAPED_VERSION, _Headers, _response_body, shaped_tool_result
-from ledger.api.mcp.json_text import written_alike
+from ledger.api.mcp.json_text import floats_in_json
 from ledger.api.mcp.tools import ListedTool, failed, succeeded
 
 SERVER = Server("ledger")
@@ -139,13 +139,11 @@ def test_a_float_free_response_body_is_the_standard_library_s_text(name):
     assert _response_body(request_id, result, float_free=True) == _standard_library_body(request_id, result)
 
 
-@pytest.mark.parametrize("value", [{"x": 1.5}, {"x": [0.0]}, {1: "a"}, {"x": ("a",)}, {"x": uuid.uuid4()}])
-def test_a_float_or_a_value_of_another_type_is_not_written_by_orjson(value):
-    assert not written_alike(value)
-
-
-def test_json_s_own_types_without_floats_are_written_by_orjson():
-    assert written_alike({"a": [None, True, 1, "s", {"b": []}]})
+@pytest.mark.parametrize("value, floats", [
+    ({"x": 1.5}, True), ({"x": [0.0]}, True), ({1: "a"}, None), ({"x": ("a",)}, None), ({"x": uuid.uuid4()}, None),
+    ({"x": float("inf")}, None), ({"a": [None, True, 1, "s", {"b": []}]}, False)])
+def test_a_value_of_json_s_own_types_is_told_from_others_and_its_floats_found(value, floats):
+    assert floats_in_json(value) is floats
 
 
 TEXTS = {

@@ -34,7 +34,6 @@ result takes `_serialize`.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from functools import partial
 from typing import Any
@@ -55,6 +54,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Scope as AsgiScope, Send
 
 from ..json_codec import load_json
+from .json_text import floats_in_json
 from .telemetry import Unobserved
 
 # The methods answered here; every other one goes to the SDK's transport.
@@ -305,7 +305,7 @@ def shaped_tool_result(result: Any, server_info: Callable[[], dict[str, Any]]) -
             if value is not None:
                 shown[key] = value
     info = server_info()
-    holds_float = _plain_json_floats([structured, shown, info])
+    holds_float = floats_in_json([structured, shown, info])
     if holds_float is None:
         return None
     shaped: dict[str, Any] = {}
@@ -320,31 +320,6 @@ def shaped_tool_result(result: Any, server_info: Callable[[], dict[str, Any]]) -
     if shown is None:
         shaped["_meta"] = {SERVER_INFO_META_KEY: info}  # stamped after the sieve: the last key
     return shaped, holds_float
-
-
-def _plain_json_floats(value: Any) -> bool | None:
-    """None unless a value is one that pydantic's JSON mode gives back equal, in the same order (dicts with
-    string keys, lists, strings, integers, finite floats, booleans and nulls); otherwise whether it holds a
-    float."""
-    holds_float = False
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is dict:
-            for key in item:
-                if type(key) is not str:
-                    return None
-            stack.extend(item.values())
-        elif kind is list:
-            stack.extend(item)
-        elif kind is float:
-            if not math.isfinite(item):
-                return None
-            holds_float = True
-        elif kind is not str and kind is not int and kind is not bool and item is not None:
-            return None
-    return holds_float
 
 
 def _dumped(message: JSONRPCResponse | JSONRPCError) -> bytes:
