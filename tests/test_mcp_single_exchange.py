@@ -133,7 +133,7 @@ def test_a_request_the_sdk_refuses_before_a_handler_is_left_to_the_sdk(served, e
 
 # ---------------------------------------------------------------------------- the server's actions read ahead
 # The route reads the actions a server references with its row, in the request's first round trip
-# (ledger/actions/mcp_servers.py `server_tools_by_name_query`); a reference that statement does not read
+# (ledger/actions/mcp_servers.py `server_and_tools_by_name_query`); a reference that statement does not read
 # is read by `load_action` as before. Stored references in forms the write path never produces take both.
 
 
@@ -168,3 +168,15 @@ def test_no_tool_input_schema_is_resolved_so_no_mcp_param_header_is_checked(serv
         assert endpoint.server.get_tool_input_schema("get_account_activity") is None
     finally:
         endpoint.threads.close()
+
+
+def test_a_routing_header_sent_twice_is_refused_by_the_sdk(served, examples, desk, answered):
+    payer, _ = funded_accounts(examples)
+    body = call("get_account_activity", {"account_id": payer})
+    headers = [("Accept", "application/json"), ("Content-Type", "application/json"),
+               ("Authorization", f"Bearer {examples.token}"), ("MCP-Protocol-Version", LATEST),
+               ("Mcp-Method", "tools/call"), ("Mcp-Name", "get_account_activity"), ("Mcp-Method", "tools/call")]
+    response = httpx.post(f"{served}/mcp/desk", content=json.dumps(body), headers=headers, timeout=60)
+    assert answered["direct"] == 0
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "mcp-method header appears more than once"

@@ -152,22 +152,23 @@ _BY_NAME = f"SELECT {_COLUMNS} FROM mcp_servers WHERE tenant_id = %s AND name = 
 _UNREAD = object()
 
 
-def server_by_name_query(tenant_id: uuid.UUID, name: str) -> tuple[str, tuple]:
-    """The statement load_server_by_name runs, for a caller that sends it ahead (with BEGIN)."""
-    return _BY_NAME, (tenant_id, name)
-
-
-# The actions the server at a name references, at the versions they name, read in one row (each column an
-# array, in the references' order): sent with the server's row (ahead, with BEGIN), it spares a tools/call
-# or tools/list the round trip of each `load_action` of its listing. A reference whose actionId is not a
-# UUID's canonical text or whose actionVersion is neither absent, null nor a plain integer is not read
-# here (no cast can fail in this statement); the listing reads it as before (`tool_rows_of_row`).
+# The server at a name and the actions it references, at the versions they name, in one row: the server's
+# columns, then each of the actions' columns as an array (`tool_<column>`, in the references' order; nulls
+# when it references none that this statement reads). Sent ahead with BEGIN, it spares a tools/call or
+# tools/list the round trip of each `load_action` of its listing. A reference whose actionId is not a UUID's
+# canonical text or whose actionVersion is neither absent, null nor a plain integer is not read here (no
+# cast can fail in this statement); the listing reads it as before (`server_and_tools_of_row`).
+_SERVER_COLUMNS = tuple(column.strip() for column in _COLUMNS.split(","))
 _TOOL_COLUMNS = (*HEADER_COLUMNS, "v_version", "v_definition", "v_enabled", "v_created_at", "ref_version")
-_TOOLS_BY_NAME = (
-    "SELECT " + ", ".join(f"array_agg(r.{column} ORDER BY r.position) AS {column}" for column in _TOOL_COLUMNS)
+_TOOL_ALIASES = tuple(f"tool_{column}" for column in _TOOL_COLUMNS)
+_SERVER_AND_TOOLS_BY_NAME = (
+    "SELECT " + ", ".join(f"s.{column}" for column in _SERVER_COLUMNS) + ", "
+    + ", ".join(f"tools.{column} AS {alias}" for column, alias in zip(_TOOL_COLUMNS, _TOOL_ALIASES))
+    + " FROM mcp_servers s LEFT JOIN LATERAL (SELECT "
+    + ", ".join(f"array_agg(r.{column} ORDER BY r.position) AS {column}" for column in _TOOL_COLUMNS)
     + f" FROM (SELECT t.position, t.ref_version, {', '.join(f'a.{c}' for c in HEADER_COLUMNS)},"
     " v.version AS v_version, v.definition AS v_definition, v.enabled AS v_enabled, v.created_at AS v_created_at"
-    " FROM mcp_servers s CROSS JOIN LATERAL (SELECT e.position, jsonb_typeof(e.ref -> 'actionVersion') AS version_type,"
+    " FROM (SELECT e.position, jsonb_typeof(e.ref -> 'actionVersion') AS version_type,"
     " CASE WHEN e.ref ->> 'actionId' ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'"
     " THEN (e.ref ->> 'actionId')::uuid END AS action_id,"
     " CASE WHEN jsonb_typeof(e.ref -> 'actionVersion') = 'number' AND e.ref ->> 'actionVersion' ~ '^[0-9]{1,9}$'"
@@ -177,35 +178,39 @@ _TOOLS_BY_NAME = (
     " JOIN actions a ON a.tenant_id = s.tenant_id AND a.id = t.action_id"
     " JOIN action_versions v ON v.tenant_id = a.tenant_id AND v.action_id = a.id"
     " AND v.version = coalesce(t.ref_version, a.latest_version)"
-    " WHERE s.tenant_id = %s AND s.name = %s AND NOT s.deleted AND s.enabled"
-    " AND (t.ref_version IS NOT NULL OR t.version_type IS NULL OR t.version_type = 'null')) r")
+    " WHERE t.ref_version IS NOT NULL OR t.version_type IS NULL OR t.version_type = 'null') r) tools ON true"
+    " WHERE s.tenant_id = %s AND s.name = %s AND NOT s.deleted AND s.enabled")
 
 
-def server_tools_by_name_query(tenant_id: uuid.UUID, name: str) -> tuple[str, tuple]:
-    """The statement whose row `tool_rows_of_row` reads: the stored actions the server at `name`
-    references, for a caller that sends it ahead (with BEGIN and the server's row)."""
-    return _TOOLS_BY_NAME, (tenant_id, name)
+def server_and_tools_by_name_query(tenant_id: uuid.UUID, name: str) -> tuple[str, tuple]:
+    """The statement whose row `server_and_tools_of_row` reads, for a caller that sends it ahead (with BEGIN):
+    the enabled server at `name` (the row load_server_by_name reads) and the stored actions it references."""
+    return _SERVER_AND_TOOLS_BY_NAME, (tenant_id, name)
 
 
-def tool_rows_of_row(row: Any) -> dict[tuple[uuid.UUID, int | None], dict]:
-    """The rows `load_action(action_id, version)` would read in the same transaction (`action_of_row`
-    makes one the record), by (action_id, the version as the reference names it: an int or None); a
-    reference not among them is read as before."""
-    if row is None or row["id"] is None:
-        return {}
+def server_and_tools_of_row(row: Any) -> tuple[dict | None, dict[tuple[uuid.UUID, int | None], dict]]:
+    """The server's row as load_server_by_name reads it (None when there is none), and the rows
+    `load_action(action_id, version)` would read in the same transaction (`action_of_row` makes one the
+    record), by (action_id, the version as the reference names it: an int or None); a reference not among
+    them is read as before."""
+    if row is None:
+        return None, {}
+    server = {column: row[column] for column in _SERVER_COLUMNS}
+    if row["tool_id"] is None:
+        return server, {}
     rows: dict[tuple[uuid.UUID, int | None], dict] = {}
-    for values in zip(*(row[column] for column in _TOOL_COLUMNS)):
+    for values in zip(*(row[alias] for alias in _TOOL_ALIASES)):
         found = dict(zip(_TOOL_COLUMNS, values))
         version = found.pop("ref_version")
         rows[(found["id"], version)] = found
-    return rows
+    return server, rows
 
 
 def load_server_by_name(scope: Scope, name: str, *, row: Any = _UNREAD) -> McpServer | None:
     """The enabled server served at `/mcp/<name>`, authorized for SELECT under the scope's chain; None
     when there is none (deleted and disabled servers included). A denied SELECT raises PermissionDenied.
 
-    `row` is the result of `server_by_name_query` when the caller has already run it."""
+    `row`: the server's row when the caller has read it already (`server_and_tools_of_row`)."""
     if row is _UNREAD:
         row = scope.one(_BY_NAME, (scope.tenant_id, name))
     if row is None:

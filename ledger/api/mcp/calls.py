@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types as types
@@ -53,7 +53,7 @@ class Caller:
     deadline: float
     # The request's transaction, in which the route read the client and the server: the first attempt's.
     opened: HeldTransaction
-    # The rows of the server's actions, read with the server's in `opened` (`tool_rows_of_row`): valid in
+    # The rows of the server's actions, read with the server's in `opened` (`server_and_tools_of_row`): valid in
     # that transaction only.
     tool_rows: Preloaded = field(default_factory=dict)
 
@@ -88,10 +88,12 @@ class McpCalls:
                                               first=[(f"SELECT {TRIGGERS_VERSION_COLUMN}", None)]) as conn:
                 yield conn, conn.ledger_first[0]["triggers_version"], None
 
-    def _scope(self, conn, caller: Caller, triggers_version: int | None, *, dry_run: bool = False,
+    def _scope(self, conn, caller: Caller, triggers_version: int | None, chain: Chain, *, dry_run: bool = False,
                request_state: dict | None = None) -> Scope:
-        scope = Scope(conn=conn, principal=caller.principal, chain=Chain((caller.client_layer(),)),
-                      services=self.services, deadline=caller.deadline, dry_run=dry_run,
+        """An attempt's scope under `chain`: the caller's layer, or the caller's and the server's (a listing's,
+        built as the other is rather than derived from it: `dataclasses.replace` walks every field)."""
+        scope = Scope(conn=conn, principal=caller.principal, chain=chain, services=self.services,
+                      deadline=caller.deadline, dry_run=dry_run,
                       request_state={} if request_state is None else request_state)
         remember_version(scope, triggers_version)
         return scope
@@ -104,8 +106,7 @@ class McpCalls:
         def once() -> list[types.Tool]:
             try:
                 with self._transaction(caller) as (conn, triggers_version, preloaded):
-                    scope = self._scope(conn, caller, triggers_version)
-                    listing = replace(scope, chain=scope.chain.extended(server))
+                    listing = self._scope(conn, caller, triggers_version, Chain((client, server)))
                     raise _RollBack([describe(tool, client, server)
                                      for tool in listed_tools(listing, caller.server, preloaded)])
             except _RollBack as read:
@@ -132,14 +133,19 @@ class McpCalls:
         answer_meta[EXECUTION_ID] = str(execution_id)
 
         attempts: list[dict] = []
+        client, server = caller.client_layer(), server_layer(caller.server)
 
         def once() -> types.CallToolResult:
             attempts.append({})  # the attempt's request_state: whether it called a model
             try:
                 with self._transaction(caller) as (conn, triggers_version, preloaded):
                     # The attempt's request_state, so that it also holds the trigger version read with BEGIN.
-                    scope = self._scope(conn, caller, triggers_version, dry_run=preview, request_state=attempts[-1])
-                    result = self._call_once(scope, caller, params, execution_id, session_id, answer_meta, preloaded)
+                    scope = self._scope(conn, caller, triggers_version, Chain((client,)), dry_run=preview,
+                                        request_state=attempts[-1])
+                    listing = self._scope(conn, caller, triggers_version, Chain((client, server)), dry_run=preview,
+                                          request_state=attempts[-1])
+                    result = self._call_once(scope, listing, server, caller, params, execution_id, session_id,
+                                             answer_meta, preloaded)
                     if preview:
                         raise _RollBack(result)
                     return result
@@ -155,11 +161,12 @@ class McpCalls:
             hint = not_rerun_hint(exc.hint) if model_was_called(attempts[-1]) else exc.hint
             return failed("retryable", exc.message, hint, answer_meta)
 
-    def _call_once(self, scope: Scope, caller: Caller, params: types.CallToolRequestParams, execution_id: uuid.UUID,
-                   session_id: uuid.UUID | None, meta: dict, preloaded: Preloaded | None) -> types.CallToolResult:
-        server = server_layer(caller.server)
+    def _call_once(self, scope: Scope, listing: Scope, server: Layer, caller: Caller,
+                   params: types.CallToolRequestParams, execution_id: uuid.UUID, session_id: uuid.UUID | None,
+                   meta: dict, preloaded: Preloaded | None) -> types.CallToolResult:
+        """`listing`: the scope under the caller's and the server's layers (`server`) that lists its tools."""
         tools: list[ListedTool] = []
-        for listed in iter_listed_tools(replace(scope, chain=scope.chain.extended(server)), caller.server, preloaded):
+        for listed in iter_listed_tools(listing, caller.server, preloaded):
             tools.append(listed)
             if listed.name == params.name:
                 break

@@ -28,8 +28,7 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope as AsgiScope, Send
 
-from ...actions.mcp_servers import (load_server_by_name, server_by_name_query, server_tools_by_name_query,
-                                    tool_rows_of_row)
+from ...actions.mcp_servers import load_server_by_name, server_and_tools_by_name_query, server_and_tools_of_row
 from ...config import Settings
 from ...errors import LedgerError, PermissionDenied, Retryable, Unauthenticated
 from ...services import Services
@@ -37,7 +36,7 @@ from ..json_codec import dump_json
 from ..requests import HeldTransaction
 from ..threads import RequestThreads, request_thread_count
 from .calls import Caller, McpCalls
-from .exchange import SingleExchange, is_single_exchange
+from .exchange import SingleExchange
 from .telemetry import CALLER_KEY, OBSERVED_KEY, Telemetry, Unobserved, observe_refusal
 
 log = logging.getLogger("ledger.mcp")
@@ -103,7 +102,7 @@ class McpEndpoint:
         received, over_limit = await _read_body(receive, limit)
         if received[-1]["type"] == "http.disconnect":
             return  # the client left: nobody to answer
-        if not over_limit and self._sessions is not None and is_single_exchange(scope):
+        if not over_limit and self._sessions is not None:
             body = b"".join(m.get("body", b"") for m in received if m["type"] == "http.request")
             prepared = await self._exchange.prepare(scope, body, limit)
             if prepared is not None:
@@ -157,7 +156,7 @@ class McpEndpoint:
         then one step on a request thread that opens the transaction (answering 401 or 404 as the route
         does), validates the params and makes the call."""
         try:
-            claims, deadline = self._claims(scope)
+            claims, deadline = self._claims_of(prepared.authorization)
         except _Refusal as refusal:
             observe_refusal(refusal.outcome, started, server_name=name, status=refusal.status)
             await _refusal_response(refusal)(scope, receive, send)
@@ -203,6 +202,10 @@ class McpEndpoint:
         for key, value in scope["headers"]:
             if key.lower() == b"authorization":
                 authorization = value
+        return self._claims_of(authorization)
+
+    def _claims_of(self, authorization: bytes) -> tuple[Any, float]:
+        """`_claims` of the request's last Authorization header (b"" without one)."""
         scheme, _, token = authorization.decode("latin-1").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise _Refusal(401, "unauthenticated", "this request carries no bearer token",
@@ -223,15 +226,15 @@ class McpEndpoint:
             raise _refusal_of(exc) from None
 
     def _open(self, claims: Any, name: str, deadline: float) -> Caller:
-        """The caller and the record, read in the request's transaction (BEGIN, the client's row, the
-        record's row and the rows of the actions it lists in one round trip), which stays open for the
+        """The caller and the record, read in the request's transaction (BEGIN, the client's row, and the
+        record's row with the rows of the actions it lists, in one round trip), which stays open for the
         handler."""
         held = HeldTransaction.open(self.services, claims, deadline,
-                                    also=[server_by_name_query(claims.tenant_id, name),
-                                          server_tools_by_name_query(claims.tenant_id, name)])
+                                    also=[server_and_tools_by_name_query(claims.tenant_id, name)])
         try:
             request = held.transaction
-            server = load_server_by_name(request.scope(), name, row=request.rows[0])
+            server_row, tool_rows = server_and_tools_of_row(request.rows[0])
+            server = load_server_by_name(request.scope(), name, row=server_row)
             if claims.mcp_server is not None and (server is None or server.id != claims.mcp_server):
                 # Before the 404: a confined token learns nothing about the tenant's other servers.
                 raise Unauthenticated(f"this token is confined to MCP server {claims.mcp_server}",
@@ -243,8 +246,7 @@ class McpEndpoint:
         except BaseException:
             held.discard()
             raise
-        return Caller(request.principal, request.policies, server, deadline, held,
-                      tool_rows=tool_rows_of_row(request.rows[1]))
+        return Caller(request.principal, request.policies, server, deadline, held, tool_rows=tool_rows)
 
     # ------------------------------------------------------------------ the handlers
 

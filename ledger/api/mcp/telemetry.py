@@ -39,6 +39,19 @@ RESULT_BYTES = Histogram("ledger_mcp_result_bytes", "Size of an MCP result's JSO
                                               4 << 20, 16 << 20))
 
 
+# Each label set's children, looked up once: `labels()` takes a lock and builds its key on every call. The
+# sets are bounded (the methods MCP defines, the outcomes below).
+_CHILDREN: dict[tuple[Any, ...], Any] = {}
+
+
+def _child(metric: Any, *labels: str) -> Any:
+    key = (metric, *labels)
+    child = _CHILDREN.get(key)
+    if child is None:
+        child = _CHILDREN.setdefault(key, metric.labels(*labels))
+    return child
+
+
 class Unobserved(Exception):
     """Raised through the middleware by a request the route answers itself (a refusal met while the
     request's transaction was opened in the handler's step): the route measures and logs it, not the
@@ -90,10 +103,10 @@ class Telemetry:
             if outcome is not None:
                 seconds = time.perf_counter() - started
                 size = json_size(result) if isinstance(result, dict) else None
-                REQUESTS.labels(method, outcome).inc()
-                REQUEST_SECONDS.labels(method).observe(seconds)
+                _child(REQUESTS, method, outcome).inc()
+                _child(REQUEST_SECONDS, method).observe(seconds)
                 if size is not None:
-                    RESULT_BYTES.labels(method).observe(size)
+                    _child(RESULT_BYTES, method).observe(size)
                 # The caller as the handler's step resolved it (the route's, or the one the step opened).
                 _log_line(ctx, scope.get(CALLER_KEY), method, outcome, seconds, size, code, result)
 

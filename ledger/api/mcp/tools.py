@@ -24,6 +24,7 @@ from ...executions.engine import tool_layer
 from ...executions.planned import PLANNED_RESULT_SCHEMA
 from ...policy.chain import Layer
 from ...scope import Scope
+from .json_text import orjson_text
 
 log = logging.getLogger("ledger.mcp")
 
@@ -70,7 +71,7 @@ class ListedTool:
         return output
 
 
-# The rows of the server's actions read ahead in this transaction (`tool_rows_of_row`), by (id, version).
+# The rows of the server's actions read ahead in this transaction (`server_and_tools_of_row`), by (id, version).
 Preloaded = dict[tuple[uuid.UUID, int | None], dict]
 
 
@@ -103,12 +104,11 @@ def iter_listed_tools(scope: Scope, server: Any, preloaded: Preloaded | None = N
 
 
 def _resolve(scope: Scope, server: Any, position: int, reference: dict, preloaded: Preloaded | None) -> dict | None:
-    extra = {"mcpServerId": str(server.id)}
     try:
         action_id = uuid.UUID(str(reference.get("actionId")))
     except ValueError:
         log.warning("MCP server %s: tools[%d] has no valid actionId; it is left out of the list", server.id,
-                    position, extra=extra)
+                    position, extra={"mcpServerId": str(server.id)})
         return None
     version = reference.get("actionVersion")
     row = preloaded.get((action_id, version)) if preloaded and (version is None or type(version) is int) else None
@@ -116,7 +116,7 @@ def _resolve(scope: Scope, server: Any, position: int, reference: dict, preloade
     if record is None or record["status"] == "DELETED" or not record.get("tool"):
         log.warning("MCP server %s: tools[%d] (%r, version %s) no longer resolves; it is left out of the list",
                     server.id, position, reference.get("name"), reference.get("actionVersion") or "latest",
-                    extra=extra)
+                    extra={"mcpServerId": str(server.id)})
         return None
     return record
 
@@ -168,6 +168,9 @@ def _without_fixed(schema: dict, fixed: dict) -> dict:
 
 
 def _text(value: Any) -> str:
+    text = orjson_text(value, ascii_only=False)
+    if text is not None:
+        return text.decode()
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
