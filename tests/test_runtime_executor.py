@@ -247,7 +247,7 @@ def test_host_call_arguments_must_be_json(pool):
 
 def test_a_program_reaching_past_the_prelude_cannot_hand_the_host_malformed_calls(pool):
     host = FakeHost()
-    source = "def run(event):\n    return __host('graphql', 'x', '[1, 2, 3, 4]')\n"
+    source = "def run(event):\n    return __host_graphql('[1, 2, 3, 4]')\n"
     outcome = run(pool, source, host=host)
     assert (outcome.error_code, outcome.error_message) == ("action_failure", "the program made a malformed host call")
     assert host.calls == []
@@ -325,6 +325,20 @@ def test_compile_rejects_host_calls_at_load_time(pool):
     assert problems == [
         {"line": 2, "column": 1, "message": "graphql() cannot be called while the program loads; call it inside run()"}
     ]
+
+
+def test_host_call_errors_name_the_function_called(pool):
+    # The host callables get the arguments' text alone: the name in an error is rebuilt from it.
+    for call, name in (("cel('1')", "cel()"), ("tools.pay({'a': 1})", "tools.pay()")):
+        problems = pool.compile(f"\nrows = {call}\n\ndef run(event):\n    return rows\n", ("pay",))
+        assert problems == [
+            {"line": 2, "column": 1, "message": f"{name} cannot be called while the program loads; call it inside run()"}
+        ]
+    with pool.lease(timeout=10) as lease:
+        source = "def run(event):\n    return tools.pay('x' * 17000000)\n"
+        outcome = lease.run(program(source, "pay"), {"data": None}, FakeHost(lease), soon())
+    assert outcome.error_code == "action_resource_exhausted"
+    assert "the call to tools.pay() is at least 17,000,0" in outcome.error_message
 
 
 def test_two_leases_run_at_once_on_two_threads(pool):

@@ -12,6 +12,7 @@ sees a failure code or a dead child, never a hurt server.
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import sys
@@ -27,7 +28,14 @@ from ledger.runtime import failures, limits
 from ledger.runtime.failures import ACTION_FAILURE, ACTION_RESOURCE_EXHAUSTED, Failure
 from ledger.runtime.limits import ExecutorSettings
 from ledger.runtime.protocol import Channel, ChannelClosed, Message
-from ledger.runtime.starlark_program import ALL_NATIVES, Problem, ProgramProblem, StarlarkLoader, describe_error
+from ledger.runtime.starlark_program import (
+    ALL_NATIVES,
+    HOST_CALL_NAMES,
+    Problem,
+    ProgramProblem,
+    StarlarkLoader,
+    describe_error,
+)
 
 # The envelopes of the host calls the prelude makes, encoded once (a tree of 1,000 reads sends 1,000).
 _CALL_ENVELOPES = {function: orjson.dumps({"t": "call", "fn": function}) for function in ("graphql", "cel", "tool")}
@@ -137,7 +145,7 @@ class Executor:
         self.programs = ProgramCache(settings.program_cache_entries, settings.program_cache_source_bytes)
         self.loader = StarlarkLoader(
             {
-                "__host": self._host_call,
+                **{name: functools.partial(self._host_call, function) for function, name in HOST_CALL_NAMES.items()},
                 "__print": self._print,
                 "__fail": self._fail,
                 "__not_json": self._not_json,
@@ -311,20 +319,17 @@ class Executor:
 
     # --- host callables (called by Starlark; act for the innermost frame) -----------------------
 
-    def _host_call(self, function: str, label: str, arguments_json: str) -> Any:
-        """`label` reads "the call to graphql()"."""
+    def _host_call(self, function: str, arguments_json: str) -> Any:
         frame = self.frames[-1]
         if frame.loading:
-            name = label.removeprefix("the call to ")
-            self._record(frame, Failure(ACTION_FAILURE, f"{name} cannot be called while the program loads; call it inside run()"))
+            self._record(frame, Failure(
+                ACTION_FAILURE, f"{_call_name(function, arguments_json)} cannot be called while the program loads; call it inside run()"
+            ))
         payload = arguments_json.encode()
         if len(payload) > self.settings.max_payload_bytes:
+            label = "the call to " + _call_name(function, arguments_json)
             self._record(frame, failures.payload_too_large(label, len(payload), self.settings.max_payload_bytes))
-        head = _CALL_ENVELOPES.get(function)
-        if head is None:
-            self.channel.send({"t": "call", "fn": function}, payload)
-        else:
-            self.channel.send_encoded(head, payload)
+        self.channel.send_encoded(_CALL_ENVELOPES[function], payload)
         reply = self._await_reply()
         if reply.envelope["ok"]:
             return reply.value()
@@ -384,6 +389,17 @@ class _Problematic:
     problem: Problem
     failure: Failure
     deterministic: bool
+
+
+def _call_name(function: str, arguments_json: str) -> str:
+    """What a program called, as its errors name it: `graphql()`, `cel()`, `tools.<name>()`."""
+    if function != "tool":
+        return f"{function}()"
+    try:
+        name = orjson.loads(arguments_json)[0]
+    except (orjson.JSONDecodeError, IndexError, KeyError, TypeError):
+        name = None
+    return f"tools.{name}()" if isinstance(name, str) else "a tool"
 
 
 def _located(problem: Problem) -> str:

@@ -42,9 +42,13 @@ ENTRY_FUNCTION = "ledger__entry"
 # inside 32 nested runs use 3.5 MiB).
 MAX_JSON_DEPTH = 100
 
-# __host(function, label, arguments_json), __print(line), __fail(message, hint),
-# __not_json(label, what), __too_large(label, size)
-HOST_CALLABLE_NAMES = ("__host", "__print", "__fail", "__not_json", "__too_large")
+# __host_graphql(arguments_json), __host_cel(arguments_json), __host_tool(arguments_json), __print(line),
+# __fail(message, hint), __not_json(label, what), __too_large(label, size).
+# A host call takes one argument, its arguments' JSON text: starlark-pyo3 converts each argument of a
+# Python callable through JSON on its own (~15k instructions an argument, whatever its type), so the
+# function is told by which callable is called, and its label is rebuilt from the text when an error needs it.
+HOST_CALL_NAMES = {"graphql": "__host_graphql", "cel": "__host_cel", "tool": "__host_tool"}
+HOST_CALLABLE_NAMES = (*HOST_CALL_NAMES.values(), "__print", "__fail", "__not_json", "__too_large")
 
 _STARLARK_KEYWORDS = frozenset(
     "and else load break for not continue if or def in pass elif return lambda "
@@ -90,14 +94,13 @@ def __check_json(value, label):
         level = [child for d in dicts for child in d.values()] + [child for s in sequences for child in s]
     __not_json(label, "values nested more than %d levels deep" % __MAX_DEPTH)
 
-def __send(function, label, arguments, checked = False):
-    label = "the call to " + label
+def __send(host, label, arguments, checked = False):
     if not checked:
-        __check_json(arguments, label)
+        __check_json(arguments, "the call to " + label)
     text = json.encode(arguments)
     if len(text) > __MAX_PAYLOAD:
-        __too_large(label, len(text))
-    return __host(function, label, text)
+        __too_large("the call to " + label, len(text))
+    return host(text)
 
 # What __check_json would accept without a word for graphql()'s and cel()'s arguments when their variables
 # (a dict or None, already required) hold only string keys and values of these kinds: those arguments are
@@ -118,7 +121,7 @@ def __require(label, what, value, kinds):
 
 def __tool(name, input, check):
     __require("tools.%s()" % name, "check", check, ("bool",))
-    return __send("tool", "tools.%s()" % name, [name, input, check])
+    return __send(__host_tool, "tools.%s()" % name, [name, input, check])
 
 def print(*args, sep = " "):
     __print(sep.join([str(arg) for arg in args]))
@@ -137,7 +140,7 @@ def graphql(document, variables = None, operation_name = None, check = True):
         __require("graphql()", "variables", variables, ("dict", "NoneType"))
         __require("graphql()", "operation_name", operation_name, ("string", "NoneType"))
         __require("graphql()", "check", check, ("bool",))
-    return __send("graphql", "graphql()", [document, variables, operation_name, check], __flat(variables))
+    return __send(__host_graphql, "graphql()", [document, variables, operation_name, check], __flat(variables))
 ''',
     "cel": '''
 def cel(expression, variables = None, check = True, vars = None):
@@ -147,7 +150,7 @@ def cel(expression, variables = None, check = True, vars = None):
         __require("cel()", "the expression", expression, ("string",))
         __require("cel()", "variables", variables, ("dict", "NoneType"))
         __require("cel()", "check", check, ("bool",))
-    return __send("cel", "cel()", [expression, variables, check], __flat(variables))
+    return __send(__host_cel, "cel()", [expression, variables, check], __flat(variables))
 ''',
 }
 ALL_NATIVES = ("graphql", "cel")
@@ -161,7 +164,7 @@ def __keyword_tool(name, args, input, check):
     label = "tools.%s()" % name
     if args:
         __fail("%s takes keyword arguments, one per input property: tools.%s(name = value, ...)" % (label, name), None)
-    return __send("tool", label, [name, input, check])
+    return __send(__host_tool, label, [name, input, check])
 '''
 # After the `tools` struct: `__TOOL_FUNCTIONS` and `__TOOL_NAMES` list its functions and their names.
 _CODE_MODE_ATTEMPT = '''
