@@ -27,10 +27,11 @@ import starlark as sl
 from ledger.runtime import failures, limits
 from ledger.runtime.failures import ACTION_FAILURE, ACTION_RESOURCE_EXHAUSTED, Failure
 from ledger.runtime.limits import ExecutorSettings
-from ledger.runtime.protocol import Channel, ChannelClosed, Message
+from ledger.runtime.protocol import Channel, ChannelClosed, Message, decode_payload
 from ledger.runtime.starlark_program import (
     ALL_NATIVES,
     HOST_CALL_NAMES,
+    MAX_JSON_DEPTH,
     Problem,
     ProgramProblem,
     StarlarkLoader,
@@ -332,7 +333,7 @@ class Executor:
         self.channel.send_encoded(_CALL_ENVELOPES[function], payload)
         reply = self._await_reply()
         if reply.envelope["ok"]:
-            return reply.value()
+            return _result_for_starlark(reply.payload)
         self._record(frame, Failure.from_wire(reply.envelope["failure"]))
 
     def _print(self, line: str) -> None:
@@ -389,6 +390,45 @@ class _Problematic:
     problem: Problem
     failure: Failure
     deterministic: bool
+
+
+def _result_for_starlark(payload: bytes | None) -> Any:
+    """A host call's result as the prelude takes it: a dict's or a list's JSON text (a str) when Starlark's
+    `json.decode` reads it as the exact value, a string's always (so a str is never taken for the value itself),
+    else the value: a dict or list of n values costs starlark-pyo3 ~7k instructions a value, its text ~22k in all.
+
+    json.decode differs from an exact read in two ways: it sorts every object's keys (a GraphQL answer keeps
+    its selection's order), it refuses values nested 128 levels deep, and it may round a float otherwise (an integer beyond 64 bits it reads as a
+    float; orjson reads those as floats too, so a value orjson read without a float has none)."""
+    if payload is None:
+        return None
+    try:
+        value = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return decode_payload(payload)
+    kind = type(value)
+    if kind is str:
+        return payload.decode()
+    if kind is not dict and kind is not list:
+        # A lone number, bool or None converts more cheaply than its text and a decode would.
+        return decode_payload(payload) if kind is float else value
+    # json.decode refuses 128 levels of nesting: a text of fewer than 256 bytes, or with fewer brackets than
+    # that anywhere (strings' own included), is surely shallower.
+    alike = len(payload) < 256 or payload.count(b"{") + payload.count(b"[") < MAX_JSON_DEPTH
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is dict:
+            if alike and len(item) > 1:
+                keys = list(item)
+                alike = keys == sorted(keys)
+            pending.extend(item.values())
+        elif kind is list:
+            pending.extend(item)
+        elif kind is float:
+            return decode_payload(payload)
+    return payload.decode() if alike else value
 
 
 def _call_name(function: str, arguments_json: str) -> str:

@@ -16,7 +16,11 @@ Values leaving a program cross as JSON text made by Starlark's `json.encode` (ho
 the output): one Rust pass, no Python objects, and a size check before anything large is copied.
 (orjson would need ~15x a string's size of address space to encode it, which under RLIMIT_AS
 crashes the executor with SIGSEGV; the standard library is slower.) Values entering a program
-(the event, host call results) arrive as Python values.
+(the event) arrive as Python values; a host call's result arrives as its JSON text, decoded by Starlark's
+`json.decode`, whenever that reads it as the exact value (see executor `_result_for_starlark`), else as a
+Python value: starlark-pyo3 converts each Python value through several attribute lookups (~7k instructions
+a dict, list or string, ~15k a bool or None), Starlark's decoder a whole text in one Rust pass. A string result
+always arrives as JSON text, so a string is never taken for the value itself.
 
 Host callables route to whichever run is innermost at call time, so a frozen module is reusable by
 every run of its program, nested or not.
@@ -100,7 +104,8 @@ def __send(host, label, arguments, checked = False):
     text = json.encode(arguments)
     if len(text) > __MAX_PAYLOAD:
         __too_large("the call to " + label, len(text))
-    return host(text)
+    result = host(text)
+    return json.decode(result) if type(result) == "string" else result
 
 # What __check_json would accept without a word for graphql()'s and cel()'s arguments when their variables
 # (a dict or None, already required) hold only string keys and values of these kinds: those arguments are
