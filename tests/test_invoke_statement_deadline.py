@@ -41,8 +41,8 @@ def test_a_statement_blocked_past_the_tools_response_timeout_fails_the_call_not_
 
 
 def test_a_program_reaching_the_database_through_the_preludes_internals_is_bounded_all_same(api, db_url):
-    # A program reaching graphql() through the prelude's internals, without naming it, is bounded too.
-    hidden = MOVE.replace('graphql("""', '__send("graph" + "ql", "a call", ["""').replace(
+    # A program reaching graphql() through the prelude's internals, without calling it, is bounded too.
+    hidden = MOVE.replace('graphql("""', '__send(__host_graphql, "a call", ["""').replace(
         '"t": event["data"]["t"]})', '"t": event["data"]["t"]}, None, True])').replace('variables=', '')
     execution, elapsed = invoke_while_the_account_is_locked(api, db_url, "hidden_mover", hidden)
     assert execution["status"] == "FAILED"

@@ -247,7 +247,7 @@ def test_host_call_arguments_must_be_json(pool):
 
 def test_a_program_reaching_past_the_prelude_cannot_hand_the_host_malformed_calls(pool):
     host = FakeHost()
-    source = "def run(event):\n    return __host('graphql', 'x', '[1, 2, 3, 4]')\n"
+    source = "def run(event):\n    return __host_graphql('[1, 2, 3, 4]')\n"
     outcome = run(pool, source, host=host)
     assert (outcome.error_code, outcome.error_message) == ("action_failure", "the program made a malformed host call")
     assert host.calls == []
@@ -325,6 +325,20 @@ def test_compile_rejects_host_calls_at_load_time(pool):
     assert problems == [
         {"line": 2, "column": 1, "message": "graphql() cannot be called while the program loads; call it inside run()"}
     ]
+
+
+def test_host_call_errors_name_the_function_called(pool):
+    # The host callables get the arguments' text alone: the name in an error is rebuilt from it.
+    for call, name in (("cel('1')", "cel()"), ("tools.pay({'a': 1})", "tools.pay()")):
+        problems = pool.compile(f"\nrows = {call}\n\ndef run(event):\n    return rows\n", ("pay",))
+        assert problems == [
+            {"line": 2, "column": 1, "message": f"{name} cannot be called while the program loads; call it inside run()"}
+        ]
+    with pool.lease(timeout=10) as lease:
+        source = "def run(event):\n    return tools.pay('x' * 17000000)\n"
+        outcome = lease.run(program(source, "pay"), {"data": None}, FakeHost(lease), soon())
+    assert outcome.error_code == "action_resource_exhausted"
+    assert "the call to tools.pay() is at least 17,000,0" in outcome.error_message
 
 
 def test_two_leases_run_at_once_on_two_threads(pool):
@@ -482,3 +496,80 @@ def test_a_lost_executor_is_replaced_for_the_same_tenant(shared_pool):
         again = lease.run(program("def run(event):\n    return 'fresh'\n"), {}, FakeHost(lease), soon())
         assert again.output == "fresh" and shared_pool.held_by("a") == 1
     assert shared_pool.held_by("a") == 0
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+# Results a program may get from a host call: those Starlark's json.decode reads exactly (sorted keys, no
+# float, shallow) and those it would not (unsorted keys, floats, integers beyond 64 bits, deep nesting).
+HOST_RESULTS = [
+    {"financial": {"account": {"balance": 120}}},
+    {"a": 1, "b": [1, 2, {"c": None}], "d": True, "e": False},
+    {"b": 1, "a": 2},
+    {"z": 1, "é": 2}, {"é": 1, "z": 2},
+    {"ids": ["6f1f5a2e-8a8e-4c3e-9d1e-0c7b3f6f2a10"], "n": -9223372036854775808, "u": 18446744073709551615},
+    {"big": 2**70, "negative": -(2**70)}, [2**64], [9223372036854775807, -1, 0],
+    {"f": 0.1, "g": 1e308, "h": 5e-324, "i": -0.0, "j": 1.0, "k": 2.2250738585072011e-308},
+    [1.5], 2.5, 7, -7, True, False, None,
+    "plain", "", "a\x00b", "quote \" backslash \\ newline \n tab \t \x01 \x1f é 😀 \u2028", '{"a": 1}', "[1, 2]",
+    {"s": "a\x00b", "t": "\\u0000"}, [[], {}, [[]], [{}]], [], {},
+    _nested(99), _nested(127), _nested(130),
+]
+
+
+def test_a_host_calls_result_reaches_the_program_as_the_same_value_whichever_way_it_crosses(pool):
+    # "wrapped" puts each result under an unsorted key, which always takes the general path (a Python value
+    # converted by starlark-pyo3): the program must see exactly the same value both ways, its types and key
+    # order included (repr shows both).
+    host = FakeHost()
+    host.calls = []
+
+    def answer() -> Any:
+        _, document, variables, _, _ = host.calls[-1]
+        result = HOST_RESULTS[variables["i"]]
+        return result if document == "direct" else {"z": result, "a": 0}
+
+    host.graphql_result = answer
+    source = (
+        "def run(event):\n"
+        "    seen = []\n"
+        "    for i in range(event['data']):\n"
+        "        direct = graphql('direct', {'i': i})\n"
+        "        wrapped = graphql('wrapped', {'i': i})['z']\n"
+        "        seen.append([repr(direct), repr(wrapped), type(direct), type(wrapped)])\n"
+        "    return seen\n"
+    )
+    outcome = run(pool, source, {"data": len(HOST_RESULTS)}, host=host)
+    assert outcome.ok, outcome
+    for result, (direct, wrapped, direct_type, wrapped_type) in zip(HOST_RESULTS, outcome.output):
+        assert (direct, direct_type) == (wrapped, wrapped_type), result
+    by_result = dict(zip(map(repr, HOST_RESULTS), outcome.output))
+    assert by_result[repr({"b": 1, "a": 2})][0] == '{"b": 1, "a": 2}'
+    assert by_result[repr({"big": 2**70, "negative": -(2**70)})][0] == (
+        '{"big": 1180591620717411303424, "negative": -1180591620717411303424}'
+    )
+    assert by_result[repr('{"a": 1}')][2] == "string"
+    assert by_result[repr(2.5)][0] == "2.5" and by_result[repr(7)][0] == "7"
+
+
+def test_which_results_cross_as_json_text():
+    from ledger.runtime.executor import _result_for_starlark
+    from ledger.runtime.protocol import encode_payload
+
+    # encode_payload: what the server's side sends.
+    texts = {repr(result) for result in HOST_RESULTS if isinstance(_result_for_starlark(encode_payload(result)), str)}
+    assert texts == {repr(result) for result in (
+        {"financial": {"account": {"balance": 120}}},
+        {"a": 1, "b": [1, 2, {"c": None}], "d": True, "e": False},
+        {"z": 1, "é": 2},
+        {"ids": ["6f1f5a2e-8a8e-4c3e-9d1e-0c7b3f6f2a10"], "n": -9223372036854775808, "u": 18446744073709551615},
+        [9223372036854775807, -1, 0],
+        "plain", "", "a\x00b", "quote \" backslash \\ newline \n tab \t \x01 \x1f é 😀 \u2028", '{"a": 1}', "[1, 2]",
+        {"s": "a\x00b", "t": "\\u0000"}, [[], {}, [[]], [{}]], [], {},
+        _nested(99),
+    )}

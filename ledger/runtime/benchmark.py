@@ -3,17 +3,39 @@
 Prints the cost of starting an executor, of one tiny run (warm cache), of loading a program the
 executor has not seen, of one host call round trip, and of one nested tool run: the best of five
 batches, and the median, since a shared machine adds noise.
+
+`--callgrind` counts the sandbox's side of a call tree's reads instead, in instructions: run as
+`valgrind --tool=callgrind --trace-children=yes --instr-atstart=no python -m ledger.runtime.benchmark
+--callgrind [--reads 1000]`, it runs a program that makes `--reads` graphql() reads (the bench's
+call tree, `bench/fixtures.py` READS_SRC) against a host that answers at once, once to warm up, then
+once with the executor process's instrumentation on, and dumps that process's counts
+(`callgrind.out.<executor pid>`; its total / reads = the sandbox's instructions per read). The server's
+side stays uninstrumented; the counts are deterministic whatever else the machine runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ledger.runtime.interface import Program
 from ledger.runtime.pool import ExecutorPool
+
+# The bench's call tree (`bench/fixtures.py` READS_SRC is this), and what its read answers.
+READS_SOURCE = '''DOC = """query($id: UUID!) { financial { account(id: $id) { balance } } }"""
+
+def run(event):
+    n = 0
+    for i in range(event["data"]["n"]):
+        if graphql(DOC, variables={"id": event["data"]["account_id"]})["financial"]["account"] != None:
+            n += 1
+    return {"reads": n}
+'''
+READ_ANSWER = {"financial": {"account": {"balance": 120}}}
 
 
 class _Host:
@@ -29,6 +51,11 @@ class _Host:
 
     def call_tool(self, name: str, input: Any, check: bool) -> Any:
         return self.lease.run(self.tools[name], {"data": input}, self, time.monotonic() + 30).output
+
+
+class _ReadHost(_Host):
+    def graphql(self, document: str, variables: dict | None, operation_name: str | None, check: bool) -> Any:
+        return READ_ANSWER
 
 
 def _report(label: str, batch: Callable[[int], None], count: int, batches: int = 5) -> None:
@@ -81,5 +108,41 @@ def main() -> None:
             _report("nested tool run", lambda batch: run(nesting, 1000), 1000)
 
 
+def count_tree_instructions(reads: int) -> None:
+    """The sandbox's instructions over one tree of `reads` graphql() reads (see the module's doc)."""
+    # Valgrind needs more address space than the executor's usual bound, and starts it slowly.
+    with ExecutorPool(1, memory_limit_bytes=64 << 30, startup_timeout=600.0) as pool:
+        program = Program(("bench", "reads"), READS_SOURCE)
+        event = {"data": {"n": reads, "account_id": "6f1f5a2e-8a8e-4c3e-9d1e-0c7b3f6f2a10"}}
+        with pool.lease() as lease:
+            host = _ReadHost(lease, {})
+
+            def tree() -> None:
+                outcome = lease.run(program, event, host, time.monotonic() + 3600)
+                assert outcome.ok and outcome.output == {"reads": reads}, outcome
+
+            tree()  # load and warm up
+            pid = str(lease.executor_pid)
+
+            def callgrind(*flags: str) -> None:
+                subprocess.run(["callgrind_control", *flags, pid], check=True, capture_output=True)
+
+            callgrind("-z")
+            callgrind("-i", "on")
+            tree()
+            callgrind("-i", "off")
+            callgrind("-d", "tree")
+            print(f"callgrind: the executor's process {pid} over one tree of {reads} reads dumped"
+                  f" (callgrind.out.{pid}.*; total / {reads} per read)")
+
+
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--callgrind", action="store_true",
+                        help="count the executor's instructions over a tree of reads (run under valgrind)")
+    parser.add_argument("--reads", type=int, default=1000)
+    arguments = parser.parse_args()
+    if arguments.callgrind:
+        count_tree_instructions(arguments.reads)
+    else:
+        main()

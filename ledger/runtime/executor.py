@@ -12,6 +12,7 @@ sees a failure code or a dead child, never a hurt server.
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import sys
@@ -26,8 +27,16 @@ import starlark as sl
 from ledger.runtime import failures, limits
 from ledger.runtime.failures import ACTION_FAILURE, ACTION_RESOURCE_EXHAUSTED, Failure
 from ledger.runtime.limits import ExecutorSettings
-from ledger.runtime.protocol import Channel, ChannelClosed, Message
-from ledger.runtime.starlark_program import ALL_NATIVES, Problem, ProgramProblem, StarlarkLoader, describe_error
+from ledger.runtime.protocol import Channel, ChannelClosed, Message, decode_payload
+from ledger.runtime.starlark_program import (
+    ALL_NATIVES,
+    HOST_CALL_NAMES,
+    MAX_JSON_DEPTH,
+    Problem,
+    ProgramProblem,
+    StarlarkLoader,
+    describe_error,
+)
 
 # The envelopes of the host calls the prelude makes, encoded once (a tree of 1,000 reads sends 1,000).
 _CALL_ENVELOPES = {function: orjson.dumps({"t": "call", "fn": function}) for function in ("graphql", "cel", "tool")}
@@ -137,7 +146,7 @@ class Executor:
         self.programs = ProgramCache(settings.program_cache_entries, settings.program_cache_source_bytes)
         self.loader = StarlarkLoader(
             {
-                "__host": self._host_call,
+                **{name: functools.partial(self._host_call, function) for function, name in HOST_CALL_NAMES.items()},
                 "__print": self._print,
                 "__fail": self._fail,
                 "__not_json": self._not_json,
@@ -311,23 +320,20 @@ class Executor:
 
     # --- host callables (called by Starlark; act for the innermost frame) -----------------------
 
-    def _host_call(self, function: str, label: str, arguments_json: str) -> Any:
-        """`label` reads "the call to graphql()"."""
+    def _host_call(self, function: str, arguments_json: str) -> Any:
         frame = self.frames[-1]
         if frame.loading:
-            name = label.removeprefix("the call to ")
-            self._record(frame, Failure(ACTION_FAILURE, f"{name} cannot be called while the program loads; call it inside run()"))
+            self._record(frame, Failure(
+                ACTION_FAILURE, f"{_call_name(function, arguments_json)} cannot be called while the program loads; call it inside run()"
+            ))
         payload = arguments_json.encode()
         if len(payload) > self.settings.max_payload_bytes:
+            label = "the call to " + _call_name(function, arguments_json)
             self._record(frame, failures.payload_too_large(label, len(payload), self.settings.max_payload_bytes))
-        head = _CALL_ENVELOPES.get(function)
-        if head is None:
-            self.channel.send({"t": "call", "fn": function}, payload)
-        else:
-            self.channel.send_encoded(head, payload)
+        self.channel.send_encoded(_CALL_ENVELOPES[function], payload)
         reply = self._await_reply()
         if reply.envelope["ok"]:
-            return reply.value()
+            return _result_for_starlark(reply.payload)
         self._record(frame, Failure.from_wire(reply.envelope["failure"]))
 
     def _print(self, line: str) -> None:
@@ -384,6 +390,56 @@ class _Problematic:
     problem: Problem
     failure: Failure
     deterministic: bool
+
+
+def _result_for_starlark(payload: bytes | None) -> Any:
+    """A host call's result as the prelude takes it: a dict's or a list's JSON text (a str) when Starlark's
+    `json.decode` reads it as the exact value, a string's always (so a str is never taken for the value itself),
+    else the value: a dict or list of n values costs starlark-pyo3 ~7k instructions a value, its text ~22k in all.
+
+    json.decode differs from an exact read in two ways: it sorts every object's keys (a GraphQL answer keeps
+    its selection's order), it refuses values nested 128 levels deep, and it may round a float otherwise (an integer beyond 64 bits it reads as a
+    float; orjson reads those as floats too, so a value orjson read without a float has none)."""
+    if payload is None:
+        return None
+    try:
+        value = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return decode_payload(payload)
+    kind = type(value)
+    if kind is str:
+        return payload.decode()
+    if kind is not dict and kind is not list:
+        # A lone number, bool or None converts more cheaply than its text and a decode would.
+        return decode_payload(payload) if kind is float else value
+    # json.decode refuses 128 levels of nesting: a text of fewer than 256 bytes, or with fewer brackets than
+    # that anywhere (strings' own included), is surely shallower.
+    alike = len(payload) < 256 or payload.count(b"{") + payload.count(b"[") < MAX_JSON_DEPTH
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is dict:
+            if alike and len(item) > 1:
+                keys = list(item)
+                alike = keys == sorted(keys)
+            pending.extend(item.values())
+        elif kind is list:
+            pending.extend(item)
+        elif kind is float:
+            return decode_payload(payload)
+    return payload.decode() if alike else value
+
+
+def _call_name(function: str, arguments_json: str) -> str:
+    """What a program called, as its errors name it: `graphql()`, `cel()`, `tools.<name>()`."""
+    if function != "tool":
+        return f"{function}()"
+    try:
+        name = orjson.loads(arguments_json)[0]
+    except (orjson.JSONDecodeError, IndexError, KeyError, TypeError):
+        name = None
+    return f"tools.{name}()" if isinstance(name, str) else "a tool"
 
 
 def _located(problem: Problem) -> str:

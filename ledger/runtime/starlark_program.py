@@ -16,7 +16,11 @@ Values leaving a program cross as JSON text made by Starlark's `json.encode` (ho
 the output): one Rust pass, no Python objects, and a size check before anything large is copied.
 (orjson would need ~15x a string's size of address space to encode it, which under RLIMIT_AS
 crashes the executor with SIGSEGV; the standard library is slower.) Values entering a program
-(the event, host call results) arrive as Python values.
+(the event) arrive as Python values; a host call's result arrives as its JSON text, decoded by Starlark's
+`json.decode`, whenever that reads it as the exact value (see executor `_result_for_starlark`), else as a
+Python value: starlark-pyo3 converts each Python value through several attribute lookups (~7k instructions
+a dict, list or string, ~15k a bool or None), Starlark's decoder a whole text in one Rust pass. A string result
+always arrives as JSON text, so a string is never taken for the value itself.
 
 Host callables route to whichever run is innermost at call time, so a frozen module is reusable by
 every run of its program, nested or not.
@@ -42,9 +46,13 @@ ENTRY_FUNCTION = "ledger__entry"
 # inside 32 nested runs use 3.5 MiB).
 MAX_JSON_DEPTH = 100
 
-# __host(function, label, arguments_json), __print(line), __fail(message, hint),
-# __not_json(label, what), __too_large(label, size)
-HOST_CALLABLE_NAMES = ("__host", "__print", "__fail", "__not_json", "__too_large")
+# __host_graphql(arguments_json), __host_cel(arguments_json), __host_tool(arguments_json), __print(line),
+# __fail(message, hint), __not_json(label, what), __too_large(label, size).
+# A host call takes one argument, its arguments' JSON text: starlark-pyo3 converts each argument of a
+# Python callable through JSON on its own (~15k instructions an argument, whatever its type), so the
+# function is told by which callable is called, and its label is rebuilt from the text when an error needs it.
+HOST_CALL_NAMES = {"graphql": "__host_graphql", "cel": "__host_cel", "tool": "__host_tool"}
+HOST_CALLABLE_NAMES = (*HOST_CALL_NAMES.values(), "__print", "__fail", "__not_json", "__too_large")
 
 _STARLARK_KEYWORDS = frozenset(
     "and else load break for not continue if or def in pass elif return lambda "
@@ -90,14 +98,14 @@ def __check_json(value, label):
         level = [child for d in dicts for child in d.values()] + [child for s in sequences for child in s]
     __not_json(label, "values nested more than %d levels deep" % __MAX_DEPTH)
 
-def __send(function, label, arguments, checked = False):
-    label = "the call to " + label
+def __send(host, label, arguments, checked = False):
     if not checked:
-        __check_json(arguments, label)
+        __check_json(arguments, "the call to " + label)
     text = json.encode(arguments)
     if len(text) > __MAX_PAYLOAD:
-        __too_large(label, len(text))
-    return __host(function, label, text)
+        __too_large("the call to " + label, len(text))
+    result = host(text)
+    return json.decode(result) if type(result) == "string" else result
 
 # What __check_json would accept without a word for graphql()'s and cel()'s arguments when their variables
 # (a dict or None, already required) hold only string keys and values of these kinds: those arguments are
@@ -118,7 +126,7 @@ def __require(label, what, value, kinds):
 
 def __tool(name, input, check):
     __require("tools.%s()" % name, "check", check, ("bool",))
-    return __send("tool", "tools.%s()" % name, [name, input, check])
+    return __send(__host_tool, "tools.%s()" % name, [name, input, check])
 
 def print(*args, sep = " "):
     __print(sep.join([str(arg) for arg in args]))
@@ -137,7 +145,7 @@ def graphql(document, variables = None, operation_name = None, check = True):
         __require("graphql()", "variables", variables, ("dict", "NoneType"))
         __require("graphql()", "operation_name", operation_name, ("string", "NoneType"))
         __require("graphql()", "check", check, ("bool",))
-    return __send("graphql", "graphql()", [document, variables, operation_name, check], __flat(variables))
+    return __send(__host_graphql, "graphql()", [document, variables, operation_name, check], __flat(variables))
 ''',
     "cel": '''
 def cel(expression, variables = None, check = True, vars = None):
@@ -147,7 +155,7 @@ def cel(expression, variables = None, check = True, vars = None):
         __require("cel()", "the expression", expression, ("string",))
         __require("cel()", "variables", variables, ("dict", "NoneType"))
         __require("cel()", "check", check, ("bool",))
-    return __send("cel", "cel()", [expression, variables, check], __flat(variables))
+    return __send(__host_cel, "cel()", [expression, variables, check], __flat(variables))
 ''',
 }
 ALL_NATIVES = ("graphql", "cel")
@@ -161,7 +169,7 @@ def __keyword_tool(name, args, input, check):
     label = "tools.%s()" % name
     if args:
         __fail("%s takes keyword arguments, one per input property: tools.%s(name = value, ...)" % (label, name), None)
-    return __send("tool", label, [name, input, check])
+    return __send(__host_tool, label, [name, input, check])
 '''
 # After the `tools` struct: `__TOOL_FUNCTIONS` and `__TOOL_NAMES` list its functions and their names.
 _CODE_MODE_ATTEMPT = '''
