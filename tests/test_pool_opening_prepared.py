@@ -180,3 +180,11 @@ def test_an_opening_on_a_broken_trusted_connection_is_retried_on_a_checked_one(d
     seen = _open(db, api.tenant_id, opener=opening_query(api.client_id))
     assert paths[start:] == ["prepared", "pipeline"]  # the broken one on prepared statements, then a new one
     assert json.loads(seen["rows"])[0] is not None and seen["outcome"] == "committed"
+
+
+def test_an_opening_with_a_statement_of_named_parameters_stays_in_psycopgs_pipeline(db, api, paths):
+    first = [(_SEEN, None), ("SELECT %(n)s::int AS n", {"n": 7})]
+    openings = [_open(db, api.tenant_id, first=first) for _ in range(_WARM)]
+    assert paths == ["pipeline"] * _WARM
+    _same_openings(openings)
+    assert json.loads(openings[-1]["rows"])[1] == {"n": 7}

@@ -297,6 +297,8 @@ def begin_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction,
     rows = []
     for (statement, _key, _values, _formats), results in zip(planned, groups[len(commands):]):
         result = results[0] if len(results) == 1 else None
+        if result is None and pgconn.status != _CONN_OK:  # its results lost with the connection
+            raise psycopg.OperationalError("the connection is closed")
         if result is None or result.status != _TUPLES_OK:
             raise _failure(conn, result)
         if statement.names is None:
@@ -330,5 +332,6 @@ def _opening(pgconn: pq.abc.PGconn, commands: list[bytes], names: list[bytes], p
             with contextlib.suppress(psycopg.Error):
                 pgconn.exit_pipeline_mode()
         raise
-    pgconn.exit_pipeline_mode()
+    if pgconn.status == _CONN_OK:  # else, as psycopg's pipeline does, the results' error is raised instead
+        pgconn.exit_pipeline_mode()
     return groups[:-1]
