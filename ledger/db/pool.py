@@ -22,8 +22,12 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import InvalidInput, LedgerError, Retryable
+from .prepared import begin_on_prepared
 
 APP_ROLE = "ledger_app"
+
+# Sets the tenant and the statement_timeout of a transaction opened without an `opener`.
+_SET_TENANT = "SELECT set_config('ledger.tenant_id', %s, true), set_config('statement_timeout', %s, true)"
 
 # SQLSTATEs that mean "lost a race, try again": serialization_failure, deadlock_detected.
 _RACE_STATES = {"40001", "40P01"}
@@ -399,22 +403,20 @@ class Database:
             # The Transaction itself, not conn.transaction(): entered inside a pipeline, that context
             # manager would keep the connection in pipeline mode until the transaction ends.
             block = psycopg.Transaction(conn, force_rollback=rollback)
-            entered = False
+            tenant = [] if sets_tenant else [(_SET_TENANT, (str(tenant_id) if tenant_id else "", str(timeout_ms)))]
             try:
-                with conn.pipeline():
-                    block.__enter__()
-                    entered = True
-                    if not sets_tenant:  # else the first statement sets both (`opener`)
-                        conn.execute(
-                            "SELECT set_config('ledger.tenant_id', %s, true),"
-                            " set_config('statement_timeout', %s, true)",
-                            (str(tenant_id) if tenant_id else "", str(timeout_ms)),
-                        )
-                    cursors = [conn.execute(*statement) for statement in first]
-                conn.ledger_first = [cursor.fetchone() for cursor in cursors]
+                # Without psycopg's pipeline when every statement is one psycopg has prepared (~50 µs of
+                # client CPU a statement less); the same rows, errors and transaction either way.
+                rows = begin_on_prepared(conn, block, [*tenant, *first])
+                if rows is None:
+                    with conn.pipeline():
+                        block.__enter__()
+                        cursors = [conn.execute(*statement) for statement in [*tenant, *first]]
+                    rows = [cursor.fetchone() for cursor in cursors]
+                conn.ledger_first = rows[len(tenant):]
                 return conn, block
             except BaseException as exc:
-                if entered:
+                if block.status == block.Status.ACTIVE:  # entered, and not yet exited
                     with contextlib.suppress(Exception):
                         block.__exit__(type(exc), exc, exc.__traceback__)
                 self._give_back(conn)

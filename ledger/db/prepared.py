@@ -28,6 +28,13 @@ write that returns what it wrote (a failure of either raises what the cursor rai
 answers no rows raises what the cursor's fetch raises). A module's hot statement is a `PreparedRead`
 constant; any other text that `Scope.one`/`all` run gets one kept by its text (`statement_of`), so every
 statement a connection runs often enough for psycopg to prepare it takes this path.
+
+A request's opening (db/pool.py `Database._begin`: BEGIN, the statement setting the tenant, the caller's
+first reads) takes it too, as one libpq pipeline, once psycopg has prepared each of its statements
+(`begin_on_prepared`): the `psycopg.Transaction` is entered with the bookkeeping its own `__enter__` does
+and BEGIN is the command it would send, so its `__exit__`, its savepoints and `conn.transaction()` inside
+it work as ever. psycopg forgets its prepared statements on any rollback, a savepoint's included: the
+opening after one goes through psycopg's pipeline again, until its statements are prepared anew.
 """
 
 
@@ -227,3 +234,104 @@ def _failure(conn: psycopg.Connection, result: Any) -> Exception:
     else:
         detail = f" (result status: {pq.ExecStatus(result.status).name})"
     return pgerrors.ProgrammingError(f"the last operation didn't produce records{detail}")
+
+
+_ACTIVE = psycopg.Transaction.Status.ACTIVE
+_IDLE = pq.TransactionStatus.IDLE
+_CONN_OK = pq.ConnStatus.OK
+
+
+def begin_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction,
+                      statements: list[tuple[str, Any]]) -> list[dict | None] | None:
+    """BEGIN (the transaction `block`'s own enter commands) and `statements` ((sql, params) each, run in
+    order) in one libpq pipeline, when psycopg has prepared every one of them on the connection: each
+    statement's first row (or None), in order, as `conn.execute(sql, params).fetchone()` in psycopg's
+    pipeline answers. From the moment anything is sent, `block` is entered as its `__enter__` enters it
+    (status, psycopg's count of the connection's transactions), so its `__exit__` commits or rolls back
+    as ever, and a failure is raised with it entered: the first statement's error that psycopg's
+    pipeline would raise, else what the cursor's fetch raises for a statement that answers no rows.
+
+    None, with nothing sent and `block` untouched, whenever the cursor must run them instead: a statement
+    psycopg has not prepared (or parameters it would dump otherwise), the connection in psycopg's
+    pipeline, in a transaction, closed, with deferred statements or past its deadline, psycopg with
+    statements of its own to drop first."""
+    if (not SUPPORTED or conn._pipeline is not None or conn.row_factory is not dict_row or conn.closed
+            or getattr(conn, "ledger_deferred", None) or _past_deadline(conn)
+            or conn.pgconn.transaction_status != _IDLE or block.status != block.Status.NOT_STARTED):
+        return None
+    tx = adapt.Transformer(conn)
+    planned = []
+    for sql, params in statements:
+        if params is None and "%" not in sql:
+            params = ()  # psycopg converts no text without parameters, nor one without a %
+        statement = statement_of(sql) if isinstance(params, (tuple, list)) else None
+        if statement is None or len(params) != statement.count:
+            return None
+        try:
+            values = tx.dump_sequence(params, statement.formats)
+        except Exception:  # noqa: BLE001 - the cursor raises its own error for the value
+            return None
+        planned.append((statement, (statement.query, tx.types or ()), values, tx.formats))
+    pgconn = conn.pgconn
+    with conn.lock:
+        manager = conn._prepared
+        if manager._to_flush:
+            return None
+        names = [manager._names.get(key) for _statement, key, _values, _formats in planned]
+        if None in names:
+            return None
+        for _statement, key, _values, _formats in planned:
+            manager._names.move_to_end(key)  # a use, as a cursor's would count in psycopg's LRU
+        # What Transaction._enter_gen does before it sends its commands.
+        block.status = _ACTIVE
+        block._push_savepoint()
+        commands = list(block._get_enter_commands())
+        try:
+            groups = conn.wait(_opening(pgconn, commands, names, planned))
+        except pgerrors._NO_TRACEBACK as ex:  # as psycopg's pipeline raises them: without its frames
+            raise ex.with_traceback(None)
+    for results in groups:  # the first failure, as psycopg's pipeline raises it when it ends
+        for result in results:
+            if result.status == _FATAL_ERROR:
+                raise pgerrors.error_from_result(result, encoding=pgconn._encoding)
+    rows = []
+    for (statement, _key, _values, _formats), results in zip(planned, groups[len(commands):]):
+        result = results[0] if len(results) == 1 else None
+        if result is None and pgconn.status != _CONN_OK:  # its results lost with the connection
+            raise psycopg.OperationalError("the connection is closed")
+        if result is None or result.status != _TUPLES_OK:
+            raise _failure(conn, result)
+        if statement.names is None:
+            encoding = pgconn._encoding
+            statement.names = tuple(result.fname(i).decode(encoding) for i in range(result.nfields))
+        if result.ntuples:
+            tx.set_pgresult(result)
+            names_of = statement.names
+            rows.append(tx.load_row(0, lambda row: dict(zip(names_of, row))))
+        else:
+            rows.append(None)
+    return rows
+
+
+def _opening(pgconn: pq.abc.PGconn, commands: list[bytes], names: list[bytes], planned: list) -> Any:
+    """The generator sending the commands (as psycopg sends a command in its pipeline) and the prepared
+    statements in one pipeline, then a sync: each one's results, in order."""
+    pgconn.enter_pipeline_mode()
+    try:
+        for command in commands:
+            pgconn.send_query_params(command, None, result_format=_TEXT)
+        for name, (_statement, _key, values, formats) in zip(names, planned):
+            pgconn.send_query_prepared(name, values, param_formats=formats, result_format=_TEXT)
+        pgconn.pipeline_sync()
+        yield from _send(pgconn)
+        groups = []
+        for _ in range(len(commands) + len(planned) + 1):  # each one's results, then the sync's
+            groups.append((yield from _fetch_many(pgconn)))
+    except BaseException:
+        if pgconn.status == _CONN_OK:
+            with contextlib.suppress(psycopg.Error):
+                pgconn.exit_pipeline_mode()
+        raise
+    if pgconn.status == _CONN_OK:  # else, as psycopg's pipeline does, the results' error is raised instead
+        pgconn.exit_pipeline_mode()
+    return groups[:-1]
