@@ -373,3 +373,68 @@ def test_scalar_variables_are_coerced_as_graphql_core_coerces_them():
     assert plans.plan(schema, parse('query { echo(word: "x") }'), None).fields[0].arguments is None
     assert plans.plan(schema, parse("query($w: String!) { echo(word: $w) }"), None).fields[0].arguments is None
     assert plans.plan(schema, parse("query($n: Int!) { strict(n: $n) }"), None).fields[0].arguments is not None
+
+
+@strawberry.type
+class Located:
+    @strawberry.field
+    def where(self, info: strawberry.Info) -> str:
+        return ".".join(str(key) for key in info.path.as_list()) + f" in {info.parent_type.name}"
+
+    @strawberry.field
+    def fails(self, info: strawberry.Info) -> Optional[str]:
+        raise ValueError(f"failed at {info.path.as_list()}")
+
+    @strawberry.field
+    def fails_required(self) -> str:
+        raise ValueError("a required field failed")
+
+
+@strawberry.type
+class Namespace:
+    @strawberry.field
+    def here(self) -> Located:
+        return Located()
+
+    @strawberry.field
+    def inner(self) -> "Namespace":
+        return Namespace()
+
+    @strawberry.field
+    def items(self) -> list[Located]:
+        return [Located(), Located()]
+
+    @strawberry.field
+    def maybe(self) -> Optional[Located]:
+        return Located()
+
+
+@strawberry.type
+class PathsQuery:
+    @strawberry.field
+    def namespace(self) -> Namespace:
+        return Namespace()
+
+
+def test_paths_fixed_per_plan_are_the_paths_graphql_core_gives_resolvers_and_errors():
+    """A field with no list above it has its response path made once, with the plan (api/plans.py
+    `_Field.path`); beneath a list each run makes it. Resolvers see, and errors are located at, the same
+    paths as in graphql-core's own execution, aliases included."""
+    schema = strawberry.Schema(query=PathsQuery)._schema
+    for text in ("{ namespace { here { where fails } } }",
+                 "{ n: namespace { inner { i: inner { here { where w: where } } } } }",
+                 "{ namespace { items { where fails } inner { items { where } } } }",
+                 "{ namespace { maybe { where failsRequired } here { where } } }",
+                 "{ namespace { items { where failsRequired } } }",
+                 "{ namespace { here { failsRequired } } }"):
+        document = parse(text)
+        plan = plans.plan(schema, document, None)
+        assert plan is not None, text
+        data, errors = plans.run(schema, plan, None, None, optimized_is_awaitable)
+        full = execute(schema, document, is_awaitable=optimized_is_awaitable)
+        assert json.dumps(data) == json.dumps(full.data), text
+        assert [e.formatted for e in errors or []] == [e.formatted for e in full.errors or []], text
+    plan = plans.plan(schema, parse("{ namespace { here { where } items { where } } }"), None)
+    here, items = plan.fields[0].selection
+    assert here.selection[0].path.as_list() == ["namespace", "here", "where"]
+    assert items.path is not None and items.selection[0].path is None
