@@ -438,3 +438,16 @@ def test_paths_fixed_per_plan_are_the_paths_graphql_core_gives_resolvers_and_err
     here, items = plan.fields[0].selection
     assert here.selection[0].path.as_list() == ["namespace", "here", "where"]
     assert items.path is not None and items.selection[0].path is None
+
+
+def test_several_operations_without_a_name_are_refused_naming_each_callers_argument(api):
+    """The refusal's message names the argument each caller sends (api/documents.py `Caller.several`)."""
+    both = "query a { __typename } query b { __typename }"
+    answer = api.post(both).json()
+    assert answer["errors"][0]["message"] == (
+        "the document has several operations: name the one to run with `operationName`")
+    src = f'def run(event):\n    return graphql("{both}", check=False)\n'
+    action_id = publish(api, tool("plan_several", src, policies=[allow(["SELECT"], ["financial.*"])]))
+    output = invoke(api, action_id, {})["invocation"]["output"]
+    assert output["errors"][0]["message"] == (
+        "the document has several operations: name the one to run with `operation_name`")

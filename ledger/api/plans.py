@@ -299,7 +299,7 @@ def _direct(definition: Any, field: Any, schema: GraphQLSchema | None = None) ->
         for name in given_source:
             kwargs[name] = source
         if info_name is not None:
-            kwargs[info_name] = Info(_raw_info=info, _field=field)
+            kwargs[info_name] = Info(info, field)
         return function(source, **kwargs) if takes_self else function(**kwargs)
 
     return call
