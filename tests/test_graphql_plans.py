@@ -451,3 +451,36 @@ def test_several_operations_without_a_name_are_refused_naming_each_callers_argum
     output = invoke(api, action_id, {})["invocation"]["output"]
     assert output["errors"][0]["message"] == (
         "the document has several operations: name the one to run with `operation_name`")
+
+
+def test_a_uuid_variable_is_read_as_strawberrys_uuid_scalar_reads_it():
+    """A UUID's text without a colon or a brace is read without `UUID.__init__` (api/plans.py
+    `_uuid_from_text`); every other value, and text `int(…, 16)` refuses, goes to strawberry's UUID scalar:
+    the same UUID (type, int, is_safe) or the same error either way."""
+    from strawberry.schema.types.base_scalars import UUIDDefinition
+
+    class Text(str):
+        pass
+
+    given = str(uuid.uuid4())
+    values = [given, given.upper(), "00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff",
+              given.replace("-", ""), "{" + given + "}", "urn:uuid:" + given, given[:35] + "g", given[:35],
+              given + "0", given[:8] + given[9:] + "-", given[:8] + "_" + given[9:], "+" + given[1:],
+              " " + given[1:], given[:35] + "\u0663", given[:35] + "\uff11", Text(given), 7, None, "",
+              "-" + given.replace("-", "") + "-", "{-" + given + "}", "-{" + given[2:] + "}",
+              " " + given.replace("-", "")[1:], given.replace("-", "")[:31] + "\n",
+              given[:8] + "-" + given[8:12] + given[13:14] + "-" + given[15:]]
+    for value in values:
+        outcomes = []
+        for read in (plans._uuid_from_text, UUIDDefinition.parse_value):
+            try:
+                made = read(value)
+                outcomes.append((type(made), made.int, made.is_safe))
+            except Exception as error:
+                outcomes.append((type(error), str(error)))
+        assert outcomes[0] == outcomes[1], value
+    from ledger.api.schema import schema as ledger_schema
+
+    plan = plans.plan(ledger_schema._schema, parse("query($id: UUID!, $n: Int) { financial { account(id: $id) {"
+                                                   " transfers(first: $n) { id } } } }"), None)
+    assert [coerce is plans._uuid_from_text for *_, coerce in plan.variables] == [True, False]

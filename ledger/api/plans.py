@@ -37,6 +37,7 @@ from graphql.execution.values import (
 from graphql.pyutils import Path, Undefined, inspect, is_iterable
 from graphql.utilities.coerce_input_value import coerce_default_value, coerce_input_literal, coerce_input_value
 from strawberry.relay.types import GlobalID
+from strawberry.schema.types.base_scalars import UUIDDefinition
 from strawberry.types import Info
 from strawberry.types.base import StrawberryList, StrawberryMaybe, StrawberryOptional
 
@@ -84,9 +85,9 @@ class Plan:
     fields: tuple[_Field, ...]
     serially: bool
     # When no variable has a default: ((name, its signature, its scalar or enum type or None for any other,
-    # whether it is non-null), ...), coerced by `_variables` as graphql-core's `get_variable_values` coerces
-    # them; None: that function itself.
-    variables: tuple[tuple[str, Any, Any, bool], ...] | None = None
+    # whether it is non-null, how a value of that scalar or enum coerces), ...), coerced by `_variables` as
+    # graphql-core's `get_variable_values` coerces them; None: that function itself.
+    variables: tuple[tuple[str, Any, Any, bool, Any], ...] | None = None
 
 
 _NO_ARGUMENTS: dict = {}
@@ -234,8 +235,37 @@ def _plain_variables(schema: GraphQLSchema, operation: OperationDefinitionNode) 
             return None
         non_null = is_non_null_type(signature.type)
         leaf = signature.type.of_type if non_null else signature.type
-        variables.append((signature.name, signature, leaf if is_leaf_type(leaf) else None, non_null))
+        if not is_leaf_type(leaf):
+            variables.append((signature.name, signature, None, non_null, None))
+            continue
+        coerce = leaf.coerce_input_value
+        variables.append((signature.name, signature, leaf, non_null,
+                          _uuid_from_text if coerce is UUIDDefinition.parse_value else coerce))
     return tuple(variables)
+
+
+def _uuid_from_text(value: Any) -> Any:
+    """What strawberry's UUID scalar (`uuid.UUID(value)` for a string) makes of `value`, without
+    `UUID.__init__`'s steps for a string with no colon and no brace: `UUID.__init__` then strips nothing but
+    the hyphens, and reads the 32 characters left with `int(…, 16)`, as here. Anything else, and text that
+    `int` refuses, goes to the scalar itself (its error included)."""
+    if type(value) is str and ":" not in value and "{" not in value and "}" not in value:
+        digits = value.replace("-", "")
+        if len(digits) == 32:
+            try:
+                number = int(digits, 16)
+            except ValueError:
+                return UUIDDefinition.parse_value(value)
+            made = _new_object(uuid.UUID)
+            _set_attribute(made, "int", number)
+            _set_attribute(made, "is_safe", _UNKNOWN_SAFETY)
+            return made
+    return UUIDDefinition.parse_value(value)
+
+
+_new_object = object.__new__
+_set_attribute = object.__setattr__  # UUID forbids setting attributes; its own __init__ sets them this way
+_UNKNOWN_SAFETY = uuid.SafeUUID.unknown  # read once: an enum member read from its class runs Python code
 
 
 def _wrapped(definition: Any) -> Any:
@@ -329,7 +359,7 @@ def _variables(plan_: Plan, raw: dict) -> VariableValues | None:
     then answers (its errors)."""
     sources: dict[str, Any] = {}
     coerced: dict[str, Any] = {}
-    for name, signature, leaf, non_null in plan_.variables:
+    for name, signature, leaf, non_null, coerce in plan_.variables:
         value = raw.get(name, Undefined)
         if leaf is None:
             if value is Undefined:
@@ -353,7 +383,7 @@ def _variables(plan_: Plan, raw: dict) -> VariableValues | None:
                 coerced[name] = None
             continue
         try:
-            result = leaf.coerce_input_value(value)
+            result = coerce(value)
         except Exception:  # graphql-core's coerce_input_value answers Undefined then
             return None
         if result is Undefined:
