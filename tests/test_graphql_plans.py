@@ -373,3 +373,114 @@ def test_scalar_variables_are_coerced_as_graphql_core_coerces_them():
     assert plans.plan(schema, parse('query { echo(word: "x") }'), None).fields[0].arguments is None
     assert plans.plan(schema, parse("query($w: String!) { echo(word: $w) }"), None).fields[0].arguments is None
     assert plans.plan(schema, parse("query($n: Int!) { strict(n: $n) }"), None).fields[0].arguments is not None
+
+
+@strawberry.type
+class Located:
+    @strawberry.field
+    def where(self, info: strawberry.Info) -> str:
+        return ".".join(str(key) for key in info.path.as_list()) + f" in {info.parent_type.name}"
+
+    @strawberry.field
+    def fails(self, info: strawberry.Info) -> Optional[str]:
+        raise ValueError(f"failed at {info.path.as_list()}")
+
+    @strawberry.field
+    def fails_required(self) -> str:
+        raise ValueError("a required field failed")
+
+
+@strawberry.type
+class Namespace:
+    @strawberry.field
+    def here(self) -> Located:
+        return Located()
+
+    @strawberry.field
+    def inner(self) -> "Namespace":
+        return Namespace()
+
+    @strawberry.field
+    def items(self) -> list[Located]:
+        return [Located(), Located()]
+
+    @strawberry.field
+    def maybe(self) -> Optional[Located]:
+        return Located()
+
+
+@strawberry.type
+class PathsQuery:
+    @strawberry.field
+    def namespace(self) -> Namespace:
+        return Namespace()
+
+
+def test_paths_fixed_per_plan_are_the_paths_graphql_core_gives_resolvers_and_errors():
+    """A field with no list above it has its response path made once, with the plan (api/plans.py
+    `_Field.path`); beneath a list each run makes it. Resolvers see, and errors are located at, the same
+    paths as in graphql-core's own execution, aliases included."""
+    schema = strawberry.Schema(query=PathsQuery)._schema
+    for text in ("{ namespace { here { where fails } } }",
+                 "{ n: namespace { inner { i: inner { here { where w: where } } } } }",
+                 "{ namespace { items { where fails } inner { items { where } } } }",
+                 "{ namespace { maybe { where failsRequired } here { where } } }",
+                 "{ namespace { items { where failsRequired } } }",
+                 "{ namespace { here { failsRequired } } }"):
+        document = parse(text)
+        plan = plans.plan(schema, document, None)
+        assert plan is not None, text
+        data, errors = plans.run(schema, plan, None, None, optimized_is_awaitable)
+        full = execute(schema, document, is_awaitable=optimized_is_awaitable)
+        assert json.dumps(data) == json.dumps(full.data), text
+        assert [e.formatted for e in errors or []] == [e.formatted for e in full.errors or []], text
+    plan = plans.plan(schema, parse("{ namespace { here { where } items { where } } }"), None)
+    here, items = plan.fields[0].selection
+    assert here.selection[0].path.as_list() == ["namespace", "here", "where"]
+    assert items.path is not None and items.selection[0].path is None
+
+
+def test_several_operations_without_a_name_are_refused_naming_each_callers_argument(api):
+    """The refusal's message names the argument each caller sends (api/documents.py `Caller.several`)."""
+    both = "query a { __typename } query b { __typename }"
+    answer = api.post(both).json()
+    assert answer["errors"][0]["message"] == (
+        "the document has several operations: name the one to run with `operationName`")
+    src = f'def run(event):\n    return graphql("{both}", check=False)\n'
+    action_id = publish(api, tool("plan_several", src, policies=[allow(["SELECT"], ["financial.*"])]))
+    output = invoke(api, action_id, {})["invocation"]["output"]
+    assert output["errors"][0]["message"] == (
+        "the document has several operations: name the one to run with `operation_name`")
+
+
+def test_a_uuid_variable_is_read_as_strawberrys_uuid_scalar_reads_it():
+    """A UUID's text without a colon or a brace is read without `UUID.__init__` (api/plans.py
+    `_uuid_from_text`); every other value, and text `int(…, 16)` refuses, goes to strawberry's UUID scalar:
+    the same UUID (type, int, is_safe) or the same error either way."""
+    from strawberry.schema.types.base_scalars import UUIDDefinition
+
+    class Text(str):
+        pass
+
+    given = str(uuid.uuid4())
+    values = [given, given.upper(), "00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff",
+              given.replace("-", ""), "{" + given + "}", "urn:uuid:" + given, given[:35] + "g", given[:35],
+              given + "0", given[:8] + given[9:] + "-", given[:8] + "_" + given[9:], "+" + given[1:],
+              " " + given[1:], given[:35] + "\u0663", given[:35] + "\uff11", Text(given), 7, None, "",
+              "-" + given.replace("-", "") + "-", "{-" + given + "}", "-{" + given[2:] + "}",
+              " " + given.replace("-", "")[1:], given.replace("-", "")[:31] + "\n",
+              given[:8] + "-" + given[8:12] + given[13:14] + "-" + given[15:]]
+    for value in values:
+        outcomes = []
+        for read in (plans._uuid_from_text, UUIDDefinition.parse_value):
+            try:
+                made = read(value)
+                outcomes.append((type(made), made.int, made.is_safe))
+            except Exception as error:
+                outcomes.append((type(error), str(error)))
+        assert outcomes[0] == outcomes[1], value
+    from ledger.api.schema import schema as ledger_schema
+
+    plan = plans.plan(ledger_schema._schema, parse("query($id: UUID!, $n: Int) { financial { account(id: $id) {"
+                                                   " transfers(first: $n) { id } } } }"), None)
+    assert [coerce is plans._uuid_from_text for *_, coerce in plan.variables] == [True, False]

@@ -112,6 +112,11 @@ class Caller:
     runs: str  # who runs only queries and mutations, for the message
     hint: str
 
+    @functools.cached_property
+    def several(self) -> str:
+        """The message for a document of several operations and no name (made once, not per document)."""
+        return f"the document has several operations: name the one to run with {self.operation_name_argument}"
+
 
 HTTP = Caller("`operationName`", "this server", DOCUMENT_HINT)
 PROGRAM = Caller("`operation_name`", "graphql()", "check the document and its variables against the schema")
@@ -122,9 +127,8 @@ def execute(schema: Any, scope: Scope, document: str, variables: dict | None, op
     """The graphql-core ExecutionResult of `document` on the scope's transaction; DocumentRejected when it
     cannot run at all. `context`: the resolvers' shared state, for a caller that reads it afterwards (the
     HTTP path answers its warnings)."""
-    several = f"the document has several operations: name the one to run with {caller.operation_name_argument}"
     if operation_name is None and operation_count(document) > 1:
-        raise DocumentRejected(several, caller.hint)
+        raise DocumentRejected(caller.several, caller.hint)
     try:
         return schema.execute_sync(document, variable_values=variables, context_value=context or RequestContext(scope),
                                    operation_name=operation_name)
@@ -132,7 +136,7 @@ def execute(schema: Any, scope: Scope, document: str, variables: dict | None, op
         raise DocumentRejected("the document is empty", caller.hint) from None
     except CannotGetOperationTypeError:
         raise DocumentRejected(f"the document has no operation named {operation_name!r}" if operation_name
-                               else several, caller.hint) from None
+                               else caller.several, caller.hint) from None
     except InvalidOperationTypeError:
         raise DocumentRejected(f"{caller.runs} runs queries and mutations only", caller.hint) from None
 

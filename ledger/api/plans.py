@@ -37,6 +37,7 @@ from graphql.execution.values import (
 from graphql.pyutils import Path, Undefined, inspect, is_iterable
 from graphql.utilities.coerce_input_value import coerce_default_value, coerce_input_literal, coerce_input_value
 from strawberry.relay.types import GlobalID
+from strawberry.schema.types.base_scalars import UUIDDefinition
 from strawberry.types import Info
 from strawberry.types.base import StrawberryList, StrawberryMaybe, StrawberryOptional
 
@@ -72,6 +73,9 @@ class _Field:
     # For a field whose type is an object type (non-null or not) with no `is_type_of`: that type. A value
     # that is neither null nor an error completes as its sub-selection, which is all `complete` does then.
     object_type: Any = None
+    # The field's response path when no list is above it (then it is the same on every run, and paths are
+    # immutable); None beneath a list, whose items' indexes make the path per run.
+    path: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -81,9 +85,9 @@ class Plan:
     fields: tuple[_Field, ...]
     serially: bool
     # When no variable has a default: ((name, its signature, its scalar or enum type or None for any other,
-    # whether it is non-null), ...), coerced by `_variables` as graphql-core's `get_variable_values` coerces
-    # them; None: that function itself.
-    variables: tuple[tuple[str, Any, Any, bool], ...] | None = None
+    # whether it is non-null, how a value of that scalar or enum coerces), ...), coerced by `_variables` as
+    # graphql-core's `get_variable_values` coerces them; None: that function itself.
+    variables: tuple[tuple[str, Any, Any, bool, Any], ...] | None = None
 
 
 _NO_ARGUMENTS: dict = {}
@@ -99,7 +103,11 @@ def _named(type_: Any) -> Any:
     return type_
 
 
-def _selection(schema: GraphQLSchema, parent: GraphQLObjectType, selection_set: Any) -> tuple[_Field, ...]:
+_BENEATH_A_LIST = object()  # `_selection`'s parent path for a selection under a list: no fixed paths there
+
+
+def _selection(schema: GraphQLSchema, parent: GraphQLObjectType, selection_set: Any,
+               parent_path: Any = None) -> tuple[_Field, ...]:
     fields: list[_Field] = []
     keys: set[str] = set()
     for node in selection_set.selections:
@@ -110,8 +118,9 @@ def _selection(schema: GraphQLSchema, parent: GraphQLObjectType, selection_set: 
             raise _Unplannable()  # a merged field: the full execution merges
         keys.add(key)
         name = node.name.value
+        path = None if parent_path is _BENEATH_A_LIST else Path(parent_path, key, parent.name)
         if name == "__typename":
-            fields.append(_Field(key, node, [node], name, None, False, None))
+            fields.append(_Field(key, node, [node], name, None, False, None, path=path))
             continue
         if name.startswith("__"):
             raise _Unplannable()  # introspection
@@ -124,7 +133,8 @@ def _selection(schema: GraphQLSchema, parent: GraphQLObjectType, selection_set: 
             raise _Unplannable()
         sub = None
         if is_object_type(named):
-            sub = _selection(schema, named, node.selection_set)
+            sub = _selection(schema, named, node.selection_set,
+                             _BENEATH_A_LIST if path is None or _holds_a_list(definition.type) else path)
         takes_arguments = bool(definition.args or node.arguments)
         leaf_type = definition.type.of_type if is_non_null_type(definition.type) else definition.type
         leaf = leaf_type if (strawberry_field.base_resolver is None and not takes_arguments
@@ -136,8 +146,16 @@ def _selection(schema: GraphQLSchema, parent: GraphQLObjectType, selection_set: 
         fields.append(_Field(key, node, [node], name, definition, takes_arguments, sub,
                              direct or _wrapped(definition), leaf,
                              _variable_arguments(definition, node) if takes_arguments else None,
-                             blind, object_type))
+                             blind, object_type, path))
     return tuple(fields)
+
+
+def _holds_a_list(type_: Any) -> bool:
+    while isinstance(type_, (GraphQLNonNull, GraphQLList)):
+        if isinstance(type_, GraphQLList):
+            return True
+        type_ = type_.of_type
+    return False
 
 
 def _variable_arguments(definition: Any, node: FieldNode) -> tuple[tuple[str, Any, bool], ...] | None:
@@ -217,8 +235,37 @@ def _plain_variables(schema: GraphQLSchema, operation: OperationDefinitionNode) 
             return None
         non_null = is_non_null_type(signature.type)
         leaf = signature.type.of_type if non_null else signature.type
-        variables.append((signature.name, signature, leaf if is_leaf_type(leaf) else None, non_null))
+        if not is_leaf_type(leaf):
+            variables.append((signature.name, signature, None, non_null, None))
+            continue
+        coerce = leaf.coerce_input_value
+        variables.append((signature.name, signature, leaf, non_null,
+                          _uuid_from_text if coerce is UUIDDefinition.parse_value else coerce))
     return tuple(variables)
+
+
+def _uuid_from_text(value: Any) -> Any:
+    """What strawberry's UUID scalar (`uuid.UUID(value)` for a string) makes of `value`, without
+    `UUID.__init__`'s steps for a string with no colon and no brace: `UUID.__init__` then strips nothing but
+    the hyphens, and reads the 32 characters left with `int(…, 16)`, as here. Anything else, and text that
+    `int` refuses, goes to the scalar itself (its error included)."""
+    if type(value) is str and ":" not in value and "{" not in value and "}" not in value:
+        digits = value.replace("-", "")
+        if len(digits) == 32:
+            try:
+                number = int(digits, 16)
+            except ValueError:
+                return UUIDDefinition.parse_value(value)
+            made = _new_object(uuid.UUID)
+            _set_attribute(made, "int", number)
+            _set_attribute(made, "is_safe", _UNKNOWN_SAFETY)
+            return made
+    return UUIDDefinition.parse_value(value)
+
+
+_new_object = object.__new__
+_set_attribute = object.__setattr__  # UUID forbids setting attributes; its own __init__ sets them this way
+_UNKNOWN_SAFETY = uuid.SafeUUID.unknown  # read once: an enum member read from its class runs Python code
 
 
 def _wrapped(definition: Any) -> Any:
@@ -263,6 +310,15 @@ def _direct(definition: Any, field: Any, schema: GraphQLSchema | None = None) ->
     takes_self = resolver.self_parameter is not None
     given_source = [p.name for p in (resolver.parent_parameter, resolver.root_parameter) if p is not None]
     info_name = resolver.info_parameter.name if resolver.info_parameter is not None else None
+    # StrawberryResolver.__call__ only checks that its function is callable and calls it: the function
+    # itself, when it is, spares a call a frame; otherwise the resolver, which raises what it raises.
+    function = resolver.wrapped_func if callable(resolver.wrapped_func) else resolver
+    if not names and not given_source and info_name is None:
+        # A resolver of nothing but its source (a namespace field such as `financial`): called as the
+        # general `call` below would call it, without its empty loops.
+        if takes_self:
+            return lambda source, info, args: function(source)
+        return lambda source, info, args: function()
 
     def call(source: Any, info: GraphQLResolveInfo, args: dict) -> Any:
         kwargs = {python_name: args[graphql_name] for graphql_name, python_name in names if graphql_name in args}
@@ -273,8 +329,8 @@ def _direct(definition: Any, field: Any, schema: GraphQLSchema | None = None) ->
         for name in given_source:
             kwargs[name] = source
         if info_name is not None:
-            kwargs[info_name] = Info(_raw_info=info, _field=field)
-        return resolver(source, **kwargs) if takes_self else resolver(**kwargs)
+            kwargs[info_name] = Info(info, field)
+        return function(source, **kwargs) if takes_self else function(**kwargs)
 
     return call
 
@@ -303,7 +359,7 @@ def _variables(plan_: Plan, raw: dict) -> VariableValues | None:
     then answers (its errors)."""
     sources: dict[str, Any] = {}
     coerced: dict[str, Any] = {}
-    for name, signature, leaf, non_null in plan_.variables:
+    for name, signature, leaf, non_null, coerce in plan_.variables:
         value = raw.get(name, Undefined)
         if leaf is None:
             if value is Undefined:
@@ -327,7 +383,7 @@ def _variables(plan_: Plan, raw: dict) -> VariableValues | None:
                 coerced[name] = None
             continue
         try:
-            result = leaf.coerce_input_value(value)
+            result = coerce(value)
         except Exception:  # graphql-core's coerce_input_value answers Undefined then
             return None
         if result is Undefined:
@@ -404,7 +460,9 @@ class _Run:
                 if value is not None and value is not Undefined:
                     results[field.key] = value
                     continue
-            results[field.key] = self.field(parent, source, field, Path(path, field.key, parent.name))
+            fixed = field.path
+            results[field.key] = self.field(parent, source, field,
+                                            fixed if fixed is not None else Path(path, field.key, parent.name))
         return results
 
     def field(self, parent: GraphQLObjectType, source: Any, field: _Field, path: Path) -> Any:

@@ -6,7 +6,6 @@ runs its child with the engine's `run_call`, which the engine hands the host whe
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from dataclasses import replace
@@ -28,12 +27,6 @@ def execute_graphql(scope: Scope, document: str, variables: dict | None, operati
     """Run a document on the request's transaction under `scope`: (data, errors in the response format).
     A transient failure is raised, never returned (the services' GraphQL runner says how)."""
     return scope.services.graphql(scope, document, variables, operation_name)
-
-
-# With check=True a failure fails the calling tool (a program cannot catch it), whose own savepoint then
-# rolls back everything its graphql() did: a savepoint of its own (two round trips) is needed only when the
-# program goes on after a failure (check=False). One null context serves every call: it keeps no state.
-_NO_SAVEPOINT = contextlib.nullcontext()
 
 
 class ToolHost:
@@ -98,6 +91,10 @@ class ToolHost:
         return child
 
     def graphql(self, document: str, variables: dict | None, operation_name: str | None, check: bool) -> Any:
+        # With check=True a failure fails the calling tool (a program cannot catch it), whose own savepoint
+        # then rolls back everything its graphql() did: a savepoint of its own (two round trips) is needed
+        # only when the program goes on after a failure (check=False). The check=True branch runs the
+        # document as `execute_graphql` does, without its frame.
         sequence, child_id = self._next_child()
         input = {"document": document, "variables": variables, "operationName": operation_name}
         child = self._native_child("graphql", input, sequence, child_id)
@@ -105,10 +102,15 @@ class ToolHost:
         errors = None
         try:
             try:
-                with self.scope.savepoint() if not check else _NO_SAVEPOINT:
-                    data, errors = execute_graphql(graphql_scope, document, variables, operation_name)
+                if check:
+                    data, errors = graphql_scope.services.graphql(graphql_scope, document, variables, operation_name)
                     if errors:
                         raise CallFailed(*graphql_failure(errors))
+                else:
+                    with self.scope.savepoint():
+                        data, errors = execute_graphql(graphql_scope, document, variables, operation_name)
+                        if errors:
+                            raise CallFailed(*graphql_failure(errors))
             except Retryable:
                 if time.monotonic() < self.deadline - 0.1:
                     raise  # a lost race or the request's own deadline: the whole request retries

@@ -69,7 +69,7 @@ def uuid_v8(raw: bytes) -> uuid.UUID:
     # What uuid.UUID(int=value) makes, without its argument checks (the value is 128 bits by construction).
     made = _new_uuid(uuid.UUID)
     _set(made, "int", value)
-    _set(made, "is_safe", uuid.SafeUUID.unknown)
+    _set(made, "is_safe", _UNKNOWN_SAFETY)
     return made
 
 
@@ -78,4 +78,5 @@ _BLOCK = 64  # SHA-256's block size, which HMAC pads its key to
 _KEEP = ~((0xF << 76) | (0x3 << 62)) & ((1 << 128) - 1)
 _VERSION_AND_VARIANT = (0x8 << 76) | (0x2 << 62)  # version 8; variant 10 (RFC 4122 / 9562)
 _new_uuid = object.__new__
+_UNKNOWN_SAFETY = uuid.SafeUUID.unknown  # read once: an enum member read from its class runs Python code
 _set = object.__setattr__
