@@ -77,6 +77,7 @@ SUPPORTED = _internals_present()
 
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
+_CONN_OK = pq.ConnStatus.OK
 _TEXT = pq.Format.TEXT
 
 
@@ -180,52 +181,72 @@ def _run(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> ob
         deferred = getattr(conn, "ledger_deferred", None)
         if deferred:
             conn.ledger_deferred = []  # sent once, whatever happens next, as the pool's cursor sends them
-            results = conn.wait(_pipelined(pgconn, deferred, name, values, tx.formats))
+            groups = conn.wait(_in_one_pipeline(pgconn, [(d.command, d.values) for d in deferred],
+                                                [(name, values, tx.formats)]))
+            _raise_first_failure(groups[:-1], pgconn)
+            results = groups[-1]
         else:
             pgconn.send_query_prepared(name, values, param_formats=tx.formats, result_format=_TEXT)
             results = conn.wait(_execute(pgconn))
     result = results[0] if len(results) == 1 else None
     if result is None or result.status != _TUPLES_OK:
         raise _failure(conn, result)
-    names = statement.names
-    if names is None:  # the columns the text selects: the same on every connection
-        encoding = pgconn._encoding
-        names = statement.names = tuple(result.fname(i).decode(encoding) for i in range(result.nfields))
+    names = _columns(statement, result, pgconn)
     if not result.ntuples:
         return None
     tx.set_pgresult(result)
     return tx, names
 
 
-def _pipelined(pgconn: pq.abc.PGconn, deferred: list, name: bytes, values: list, formats: list) -> Any:
-    """The generator sending the deferred statements and the prepared one in one pipeline, then a sync:
-    the prepared statement's results; the first failure among the deferred ones raised instead."""
+def _in_one_pipeline(pgconn: pq.abc.PGconn, commands: list[tuple[bytes, Any]],
+                     prepared: list[tuple[bytes, list, list]]) -> Any:
+    """The generator sending `commands` ((command, parameter values or None), each a bare protocol command,
+    as psycopg sends one in its pipeline) and then the `prepared` statements ((name, values, formats)) in
+    one libpq pipeline, then a sync: each one's results, in order. A connection that broke on the way is
+    not taken out of pipeline mode (as psycopg's pipeline leaves it): its results' error is raised instead."""
     pgconn.enter_pipeline_mode()
     try:
-        for statement in deferred:
-            pgconn.send_query_params(statement.command, statement.values)
-        pgconn.send_query_prepared(name, values, param_formats=formats, result_format=_TEXT)
+        for command, values in commands:
+            pgconn.send_query_params(command, values, result_format=_TEXT)
+        for name, values, formats in prepared:
+            pgconn.send_query_prepared(name, values, param_formats=formats, result_format=_TEXT)
         pgconn.pipeline_sync()
         yield from _send(pgconn)
         groups = []
-        for _ in range(len(deferred) + 2):  # each statement's results, then the sync's
+        for _ in range(len(commands) + len(prepared) + 1):  # each one's results, then the sync's
             groups.append((yield from _fetch_many(pgconn)))
     except BaseException:
-        if pgconn.status == pq.ConnStatus.OK:
+        if pgconn.status == _CONN_OK:
             with contextlib.suppress(psycopg.Error):
                 pgconn.exit_pipeline_mode()
         raise
-    pgconn.exit_pipeline_mode()
-    for results in groups[:-2]:
+    if pgconn.status == _CONN_OK:
+        pgconn.exit_pipeline_mode()
+    return groups[:-1]
+
+
+def _raise_first_failure(groups: list, pgconn: pq.abc.PGconn) -> None:
+    """The first failed statement's error, as psycopg's pipeline raises it when it ends."""
+    for results in groups:
         for result in results:
             if result.status == _FATAL_ERROR:
                 raise pgerrors.error_from_result(result, encoding=pgconn._encoding)
-    return groups[-2]
+
+
+def _columns(statement: PreparedRead, result: Any, pgconn: pq.abc.PGconn) -> tuple[str, ...]:
+    """The names of the columns the statement's text selects (the same on every connection), kept by it."""
+    names = statement.names
+    if names is None:
+        encoding = pgconn._encoding
+        names = statement.names = tuple(result.fname(i).decode(encoding) for i in range(result.nfields))
+    return names
 
 
 def _failure(conn: psycopg.Connection, result: Any) -> Exception:
     """What the cursor's fetch raises for a result that holds no rows."""
     if result is None:
+        if conn.pgconn.status != _CONN_OK:  # its results lost with the connection
+            return psycopg.OperationalError("the connection is closed")
         return pgerrors.InternalError("unexpected results from a prepared statement: not one result")
     if result.status == _FATAL_ERROR:
         return pgerrors.error_from_result(result, encoding=conn.pgconn._encoding)
@@ -238,7 +259,6 @@ def _failure(conn: psycopg.Connection, result: Any) -> Exception:
 
 _ACTIVE = psycopg.Transaction.Status.ACTIVE
 _IDLE = pq.TransactionStatus.IDLE
-_CONN_OK = pq.ConnStatus.OK
 
 
 def begin_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction,
@@ -287,51 +307,21 @@ def begin_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction,
         block._push_savepoint()
         commands = list(block._get_enter_commands())
         try:
-            groups = conn.wait(_opening(pgconn, commands, names, planned))
+            groups = conn.wait(_in_one_pipeline(
+                pgconn, [(command, None) for command in commands],
+                [(name, values, formats) for name, (_statement, _key, values, formats) in zip(names, planned)]))
         except pgerrors._NO_TRACEBACK as ex:  # as psycopg's pipeline raises them: without its frames
             raise ex.with_traceback(None)
-    for results in groups:  # the first failure, as psycopg's pipeline raises it when it ends
-        for result in results:
-            if result.status == _FATAL_ERROR:
-                raise pgerrors.error_from_result(result, encoding=pgconn._encoding)
+    _raise_first_failure(groups, pgconn)
     rows = []
     for (statement, _key, _values, _formats), results in zip(planned, groups[len(commands):]):
         result = results[0] if len(results) == 1 else None
-        if result is None and pgconn.status != _CONN_OK:  # its results lost with the connection
-            raise psycopg.OperationalError("the connection is closed")
         if result is None or result.status != _TUPLES_OK:
             raise _failure(conn, result)
-        if statement.names is None:
-            encoding = pgconn._encoding
-            statement.names = tuple(result.fname(i).decode(encoding) for i in range(result.nfields))
+        names_of = _columns(statement, result, pgconn)
         if result.ntuples:
             tx.set_pgresult(result)
-            names_of = statement.names
             rows.append(tx.load_row(0, lambda row: dict(zip(names_of, row))))
         else:
             rows.append(None)
     return rows
-
-
-def _opening(pgconn: pq.abc.PGconn, commands: list[bytes], names: list[bytes], planned: list) -> Any:
-    """The generator sending the commands (as psycopg sends a command in its pipeline) and the prepared
-    statements in one pipeline, then a sync: each one's results, in order."""
-    pgconn.enter_pipeline_mode()
-    try:
-        for command in commands:
-            pgconn.send_query_params(command, None, result_format=_TEXT)
-        for name, (_statement, _key, values, formats) in zip(names, planned):
-            pgconn.send_query_prepared(name, values, param_formats=formats, result_format=_TEXT)
-        pgconn.pipeline_sync()
-        yield from _send(pgconn)
-        groups = []
-        for _ in range(len(commands) + len(planned) + 1):  # each one's results, then the sync's
-            groups.append((yield from _fetch_many(pgconn)))
-    except BaseException:
-        if pgconn.status == _CONN_OK:
-            with contextlib.suppress(psycopg.Error):
-                pgconn.exit_pipeline_mode()
-        raise
-    if pgconn.status == _CONN_OK:  # else, as psycopg's pipeline does, the results' error is raised instead
-        pgconn.exit_pipeline_mode()
-    return groups[:-1]
