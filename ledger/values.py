@@ -7,6 +7,7 @@ import decimal
 import json
 import math
 import re
+import uuid
 from typing import Any
 
 import orjson
@@ -190,3 +191,17 @@ def _named_non_finite(value: Any) -> Any:
     if isinstance(value, list):
         return [_named_non_finite(child) for child in value]
     return value
+
+
+def uuid_of_int(value: int) -> uuid.UUID:
+    """`uuid.UUID(int=value)` for a value its caller knows to be 128 bits, without the constructor's argument
+    checks (a call tree makes one id per child, and reads one per UUID variable)."""
+    made = _new_object(uuid.UUID)
+    _set_attribute(made, "int", value)
+    _set_attribute(made, "is_safe", _UNKNOWN_SAFETY)
+    return made
+
+
+_new_object = object.__new__
+_set_attribute = object.__setattr__  # UUID forbids setting attributes; its own __init__ sets them this way
+_UNKNOWN_SAFETY = uuid.SafeUUID.unknown  # read once: an enum member read from its class runs Python code

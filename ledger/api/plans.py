@@ -41,6 +41,7 @@ from strawberry.schema.types.base_scalars import UUIDDefinition
 from strawberry.types import Info
 from strawberry.types.base import StrawberryList, StrawberryMaybe, StrawberryOptional
 
+from ..values import uuid_of_int
 from .plan_inputs import input_builder
 
 _DEFINITION = "strawberry-definition"  # strawberry's back-reference from a GraphQL field to its own field
@@ -256,16 +257,10 @@ def _uuid_from_text(value: Any) -> Any:
                 number = int(digits, 16)
             except ValueError:
                 return UUIDDefinition.parse_value(value)
-            made = _new_object(uuid.UUID)
-            _set_attribute(made, "int", number)
-            _set_attribute(made, "is_safe", _UNKNOWN_SAFETY)
-            return made
+            return uuid_of_int(number)  # 32 hex digits: 128 bits
     return UUIDDefinition.parse_value(value)
 
 
-_new_object = object.__new__
-_set_attribute = object.__setattr__  # UUID forbids setting attributes; its own __init__ sets them this way
-_UNKNOWN_SAFETY = uuid.SafeUUID.unknown  # read once: an enum member read from its class runs Python code
 
 
 def _wrapped(definition: Any) -> Any:

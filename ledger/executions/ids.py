@@ -13,6 +13,8 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
+from ..values import uuid_of_int
+
 try:  # CPython's own SHA-256: a copy of its state is a memcpy, where OpenSSL 3's copies a provider context
     from _sha256 import sha256 as _sha256  # type: ignore[import-not-found]
 except ImportError:  # another build (or Python 3.12+, where it is _sha2): OpenSSL's, the same digest
@@ -65,18 +67,10 @@ class ExecutionIds:
 def uuid_v8(raw: bytes) -> uuid.UUID:
     """The first 16 bytes of `raw` as an RFC 9562 version 8 (custom) UUID: 122 of their bits, the version and
     the variant."""
-    value = int.from_bytes(raw[:16], "big") & _KEEP | _VERSION_AND_VARIANT
-    # What uuid.UUID(int=value) makes, without its argument checks (the value is 128 bits by construction).
-    made = _new_uuid(uuid.UUID)
-    _set(made, "int", value)
-    _set(made, "is_safe", _UNKNOWN_SAFETY)
-    return made
+    return uuid_of_int(int.from_bytes(raw[:16], "big") & _KEEP | _VERSION_AND_VARIANT)  # 128 bits by construction
 
 
 _TWO_COUNTS = struct.Struct(">QQ")  # two 8-byte big-endian unsigned counts, as int.to_bytes(8, "big") makes them
 _BLOCK = 64  # SHA-256's block size, which HMAC pads its key to
 _KEEP = ~((0xF << 76) | (0x3 << 62)) & ((1 << 128) - 1)
 _VERSION_AND_VARIANT = (0x8 << 76) | (0x2 << 62)  # version 8; variant 10 (RFC 4122 / 9562)
-_new_uuid = object.__new__
-_UNKNOWN_SAFETY = uuid.SafeUUID.unknown  # read once: an enum member read from its class runs Python code
-_set = object.__setattr__
