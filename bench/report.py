@@ -94,6 +94,15 @@ def details(results: dict) -> str:
                    f" machine; the table shows their median ({results.get('paired_rounds', '?')} rounds of"
                    f" {_f(results.get('paired_seconds'), 0)} s; spread = (max − min) / median): "
                    + "; ".join(paired) + ".")
+    tree = rows.get("call_tree") or {}
+    repeats = tree.get("repeats")
+    if repeats:
+        mom = tree.get("median_of_medians")
+        out.append(f"- Call tree: each repeat runs one tree, then the floor's SELECTs on the same machine's moment;"
+                   f" the table shows the median of the repeats' ratios: **{repeats['median']:.2f}x** (repeats "
+                   + ", ".join(f"{r:.2f}x" for r in repeats["ratios"])
+                   + f"; spread {_f(repeats.get('spread'), 2)}; median of medians "
+                   + (f"{mom:.2f}x" if mom is not None else "—") + ").")
     rss = results.get("rss") or {}
     out.append(f"- Peak RSS of a server process: {_f(rss.get('server_mib'), 0, ' MiB')}"
                f" (a Starlark sandbox process beside it: {_f(rss.get('sandbox_mib'), 0, ' MiB')}).")

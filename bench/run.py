@@ -311,9 +311,8 @@ def main(argv: list[str] | None = None) -> int:
                     m["pairs"]["mcp_2025"] = _pairs(sides[2], "rps", sides[0], "rps")
                 if "tree" in only:
                     log(f"[{name}] call tree: one invokeAction making {tree_reads} graphql() reads")
-                    m["call_tree"] = workloads.call_tree(server, fx, stats, rt, reads=tree_reads, repeats=repeats)
-                    # The floor right after the tree, so that both see the same machine (it is shared and noisy).
-                    m["call_tree_floor"] = workloads.call_tree_floor(fx, reads=tree_reads, repeats=repeats)
+                    m["call_tree"], m["call_tree_floor"], m["pairs"]["call_tree"] = workloads.call_tree(
+                        server, fx, stats, rt, reads=tree_reads, repeats=repeats)
                 if "agent" in only:
                     log(f"[{name}] agent turn: 2 rounds with a scripted model, beside the same 2 calls made directly")
                     m["agent_turn"] = _anchor(f"agent turn ({name})", lambda: workloads.agent_turn(
@@ -571,7 +570,9 @@ def build_rows(current: dict, before: dict | None, medians: dict, errors: dict, 
             pairs=pairs.get(key), roundtrips=_trips(call or {}, "roundtrips_per_call"))
     tree, floor = current.get("call_tree"), current.get("call_tree_floor")
     if tree and floor:
-        ratio = tree["median_ms"] / floor["median_ms"] if floor["median_ms"] else None
+        medians = round(tree["median_ms"] / floor["median_ms"], 3) if floor["median_ms"] else None
+        summary = paired_summary(pairs.get("call_tree"))
+        ratio = summary["median"] if summary else medians
         rows["call_tree"] = {
             "title": f"call tree ({tree_reads:,} graphql() reads in one call) vs the psycopg floor", "ledger": tree,
             "anchor": floor,
@@ -580,6 +581,7 @@ def build_rows(current: dict, before: dict | None, medians: dict, errors: dict, 
                               " included" if tree.get("server_cpu_us_per_read") is not None else "") + ")",
             "anchor_text": f"{tree_reads:,} PK SELECTs, psycopg, one connection: {floor['median_ms']:,.0f} ms",
             "ratio": round(ratio, 3) if ratio else None, "met": ratio is not None and ratio <= TREE_GOAL,
+            "median_of_medians": medians, "repeats": summary, "pairs": pairs.get("call_tree"),
             "goal": f"<= {TREE_GOAL:g}x the floor", "anchor_statements": tree_reads,
             "roundtrips": _trips(tree, "roundtrips_per_tree")}
     q = current.get("queue")
@@ -667,7 +669,7 @@ def _add_before(rows: dict, before: dict) -> None:
             continue
         if key == "policy":
             continue
-        pair_key = {"triggers": "triggers", "mcp": "mcp", "mcp_2025": "mcp_2025"}.get(key)
+        pair_key = {"triggers": "triggers", "mcp": "mcp", "mcp_2025": "mcp_2025", "call_tree": "call_tree"}.get(key)
         summary = paired_summary(bpairs.get(pair_key)) if pair_key else None
         if summary:
             row["before_ratio"] = summary["median"]

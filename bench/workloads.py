@@ -150,58 +150,63 @@ def _throughput(server: Server, spec: dict, seconds: float, stats: Statements, r
 
 
 def call_tree(server: Server, fx: Fixtures, stats: Statements, rt: RoundTrips, *, reads: int = 1000,
-              repeats: int = 5) -> dict:
-    """One invokeAction whose program makes `reads` graphql() reads; the median wall time of `repeats`."""
+              repeats: int = 5) -> tuple[dict, dict, list[dict]]:
+    """One invokeAction whose program makes `reads` graphql() reads, each repeat followed at once by the floor:
+    `reads` primary-key SELECTs from psycopg on one connection (as the app role, RLS on, in one transaction),
+    what a call tree of reads cannot go below. The tree and the floor alternate so that each repeat's ratio
+    compares one moment of the shared machine (the floor moved 28–82 µs a SELECT between runs when it ran
+    after all the trees). Returns the tree's medians, the floor's, and each repeat's pair."""
     client = Client(server.url, fx.token)
-    times = []
+    times, floor_times = [], []
     cpus = []  # the server processes' CPU per tree, their sandbox executors included
     statements = None
     try:
-        for i in range(repeats + 1):
-            if i == 1:
-                stats.reset()
-                trips = rt.total()
-            cpu = server.cpu()
-            started = time.perf_counter()
-            data = client.data(INVOKE, {"id": fx.reads_tool, "input": {
-                "executionId": str(uuid.uuid4()), "input": {"account_id": fx.accounts[0], "n": reads}}})
-            elapsed = time.perf_counter() - started
-            cpus.append(server.cpu() - cpu)
-            status = data["actions"]["invokeAction"]["status"]
-            if status != "SUCCEEDED":
-                raise RuntimeError(f"the call tree failed: {data}")
-            if i == 1:
-                statements = stats.count(APP_ROLE)
-                trips = rt.total() - trips
-            if i:  # the first one warms the sandbox and the caches
-                times.append(elapsed)
+        with psycopg.connect(fx.database_url, autocommit=True) as floor:
+            floor.execute(f"SET ROLE {APP_ROLE}")
+            for i in range(repeats + 1):
+                if i == 1:
+                    stats.reset()
+                    trips = rt.total()
+                cpu = server.cpu()
+                started = time.perf_counter()
+                data = client.data(INVOKE, {"id": fx.reads_tool, "input": {
+                    "executionId": str(uuid.uuid4()), "input": {"account_id": fx.accounts[0], "n": reads}}})
+                elapsed = time.perf_counter() - started
+                cpus.append(server.cpu() - cpu)
+                status = data["actions"]["invokeAction"]["status"]
+                if status != "SUCCEEDED":
+                    raise RuntimeError(f"the call tree failed: {data}")
+                if i == 1:
+                    statements = stats.count(APP_ROLE)
+                    trips = rt.total() - trips
+                floor_elapsed = _floor_once(floor, fx, reads)
+                if i:  # the first one warms the sandbox, the caches and the floor's prepared statement
+                    times.append(elapsed)
+                    floor_times.append(floor_elapsed)
     finally:
         client.close()
-    return {"reads": reads, "repeats": repeats, "median_ms": round(statistics.median(times) * 1000, 1),
+    tree = {"reads": reads, "repeats": repeats, "median_ms": round(statistics.median(times) * 1000, 1),
             "min_ms": round(min(times) * 1000, 1), "per_read_us": round(statistics.median(times) / reads * 1e6, 1),
             "statements_per_tree": statements, "roundtrips_per_tree": trips,
             # CPU is what a shared machine does not distort as much as wall time (the median of the repeats).
             "server_cpu_us_per_read": round(statistics.median(cpus[1:]) / reads * 1e6, 1)}
+    floor_result = {"reads": reads, "repeats": repeats,
+                    "median_ms": round(statistics.median(floor_times) * 1000, 1),
+                    "min_ms": round(min(floor_times) * 1000, 1)}
+    pairs = [{"ledger": round(t * 1000, 1), "anchor": round(f * 1000, 1), "ratio": round(t / f, 3)}
+             for t, f in zip(times, floor_times) if f]
+    return tree, floor_result, pairs
 
 
-def call_tree_floor(fx: Fixtures, *, reads: int = 1000, repeats: int = 5) -> dict:
-    """`reads` primary-key SELECTs from psycopg on one connection (as the app role, RLS on, in one
-    transaction): the floor a call tree of reads cannot go below."""
-    times = []
-    with psycopg.connect(fx.database_url, autocommit=True) as conn:
-        conn.execute(f"SET ROLE {APP_ROLE}")
-        for i in range(repeats + 1):
-            started = time.perf_counter()
-            with conn.transaction():
-                conn.execute("SELECT set_config('ledger.tenant_id', %s, true)", (str(fx.tenant_id),))
-                for _ in range(reads):
-                    row = conn.execute("SELECT balance FROM accounts WHERE tenant_id = %s AND id = %s",
-                                       (fx.tenant_id, fx.accounts[0])).fetchone()
-                    assert row is not None
-            if i:
-                times.append(time.perf_counter() - started)
-    return {"reads": reads, "repeats": repeats, "median_ms": round(statistics.median(times) * 1000, 1),
-            "min_ms": round(min(times) * 1000, 1)}
+def _floor_once(conn: psycopg.Connection, fx: Fixtures, reads: int) -> float:
+    started = time.perf_counter()
+    with conn.transaction():
+        conn.execute("SELECT set_config('ledger.tenant_id', %s, true)", (str(fx.tenant_id),))
+        for _ in range(reads):
+            row = conn.execute("SELECT balance FROM accounts WHERE tenant_id = %s AND id = %s",
+                               (fx.tenant_id, fx.accounts[0])).fetchone()
+            assert row is not None
+    return time.perf_counter() - started
 
 
 def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, jobs: int = 1000,
