@@ -184,3 +184,36 @@ def test_the_claim_with_cached_plans_claims_and_leaves_what_the_claim_it_replace
     if batch >= 3:
         claimed = {row["execution_id"] for row in expected["claimed"]}
         assert "plain lapsed" in claimed and "plain lapsed without its lease row" in claimed
+
+
+def test_the_claims_plans_made_on_an_empty_queue_read_a_full_one_by_its_indexes(api, db_url):
+    """A worker's first claims meet an empty queue, and their plans are kept: with 1,000 due rows (and as
+    many executions) they still read the due rows in run_at order from their index, write each row by its
+    key, and compile nothing (a disabled node's cost would otherwise set off JIT)."""
+    plans: list[str] = []
+    with psycopg.connect(db_url, autocommit=True, row_factory=dict_row) as conn:
+        conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+        conn.execute("LOAD 'auto_explain'")
+        conn.execute("SET auto_explain.log_nested_statements = on")
+        conn.execute("SET auto_explain.log_level = notice")
+        for _ in range(6):
+            assert conn.execute("SELECT * FROM ledger_claim_and_start('w', 2, 30, '{}', true)").fetchall() == []
+        conn.execute("SET session_replication_role = replica")
+        ids = [uuid.uuid4() for _ in range(1000)]
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO executions (tenant_id, id, action_id, action_version, status,"
+                            " root_execution_id, client_id, event, started) VALUES (%s, %s, %s, 1, 'QUEUED', %s, %s,"
+                            " '{}', true)", [(api.tenant_id, i, uuid.uuid4(), i, uuid.uuid4()) for i in ids])
+            cur.executemany("INSERT INTO execution_queue (tenant_id, execution_id, run_at)"
+                            " VALUES (%s, %s, now() - make_interval(secs => %s))",
+                            [(api.tenant_id, i, 1000 - n) for n, i in enumerate(ids)])
+        conn.execute("SET session_replication_role = origin")
+        conn.execute("SET auto_explain.log_min_duration = 0")
+        rows = conn.execute("SELECT * FROM ledger_claim_and_start('w', 2, 30, '{}', true)").fetchall()
+        conn.execute("SET auto_explain.log_min_duration = -1")
+    assert [row["execution_id"] for row in rows] == ids[:2]
+    assert all(row["started"] for row in rows)
+    text = "\n".join(plans)
+    assert "Index Scan using execution_queue_ready" in text
+    assert "Seq Scan on execution_queue" not in text and "Seq Scan on executions" not in text
+    assert "JIT" not in text
