@@ -1,0 +1,176 @@
+"""An attempt's finish with its COMMIT in the same round trip (ledger/db/pool.py `commit_with`, db/prepared.py
+`commit_on_prepared`, migration 0017): once psycopg has prepared the finish on the connection, the deferred
+statements, the finish and COMMIT go as one libpq pipeline; until then the cursor runs the finish and the
+transaction's end commits. Each test runs on both paths and expects the same rows, errors and end state.
+On a pool of one connection, so that every transaction meets the statements the ones before it prepared."""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+
+import psycopg
+import pytest
+from psycopg import pq
+
+from ledger.db import pool, prepared
+from ledger.db.pool import Database, commit_with, defer
+from ledger.db.prepared import PreparedRead
+
+from invoke_helpers import publish, tool
+from test_queue import ECHO, read, start, wait_for, worker  # noqa: F401 - `worker` is a fixture
+
+_PROBE = "finish_commit_probe"
+# A write answering what it wrote; n = 0 fails it (division_by_zero), a repeated `other` fails its COMMIT (a
+# deferred unique constraint).
+_WRITE = PreparedRead(f"INSERT INTO {_PROBE} (id, n, other) VALUES (%s, %s, %s) RETURNING id, n, 10 / n AS tenth")
+# psycopg prepares a statement on its fifth use: by the eighth every transaction's is prepared.
+_WARM = 8
+
+
+@pytest.fixture
+def db(services):
+    with psycopg.connect(services.db.conninfo, autocommit=True) as owner:
+        owner.execute(f"CREATE TABLE IF NOT EXISTS {_PROBE} (id text PRIMARY KEY, n int NOT NULL,"
+                      " other text UNIQUE DEFERRABLE INITIALLY DEFERRED)")
+        owner.execute(f"GRANT SELECT, INSERT ON {_PROBE} TO ledger_app")
+    database = Database.open(services.db.conninfo, min_size=1, max_size=1)
+    yield database
+    database.close()
+
+
+@pytest.fixture(params=["prepared", "cursor"])
+def path(request, monkeypatch) -> list[str]:
+    """The path under test, forced; which way each `commit_with` went is appended to the list."""
+    taken: list[str] = []
+
+    def spy(conn, block, statement, params):
+        answer = prepared._NOT_PREPARED
+        if request.param == "prepared":
+            answer = prepared.commit_on_prepared(conn, block, statement, params)
+        taken.append("cursor" if answer is prepared._NOT_PREPARED else "prepared")
+        return answer
+
+    monkeypatch.setattr(pool, "commit_on_prepared", spy)
+    taken.append(request.param)  # the first entry names the path
+    return taken
+
+
+def _warm(db: Database, path: list[str]) -> None:
+    for n in range(_WARM):
+        with db.transaction(None, deadline=time.monotonic() + 30) as conn:
+            commit_with(conn, _WRITE, (f"warm-{uuid.uuid4()}", n + 1, f"warm-{uuid.uuid4()}"))
+    assert path[-1] == path[0]
+
+
+def _kept(db: Database, *ids: str) -> list[str]:
+    with psycopg.connect(db.conninfo, autocommit=True) as owner:
+        return [r[0] for r in owner.execute(f"SELECT id FROM {_PROBE} WHERE id = ANY(%s) ORDER BY id",
+                                            (list(ids),)).fetchall()]
+
+
+def _failure(exc: BaseException) -> tuple:
+    return type(exc).__name__, getattr(exc, "sqlstate", None), str(exc).splitlines()[0]
+
+
+def _end_state(conn: psycopg.Connection) -> tuple:
+    return conn.pgconn.transaction_status, conn._num_transactions, conn.pgconn.pipeline_status, conn._pipeline
+
+
+_IDLE_END = (pq.TransactionStatus.IDLE, 0, pq.PipelineStatus.OFF, None)
+
+
+def test_the_last_statement_answers_its_row_and_commits(db, path):
+    _warm(db, path)
+    with db.transaction(None, deadline=time.monotonic() + 30) as conn:
+        row = commit_with(conn, _WRITE, ("kept", 5, "kept"))
+        back = conn
+    assert path[-1] == path[0]
+    assert row == {"id": "kept", "n": 5, "tenth": 2}
+    assert _end_state(back) == _IDLE_END
+    assert _kept(db, "kept") == ["kept"]
+
+
+def test_a_failing_last_statement_rolls_back_what_its_transaction_wrote(db, path):
+    _warm(db, path)
+    with pytest.raises(psycopg.Error) as failed:
+        with db.transaction(None, deadline=time.monotonic() + 30) as conn:
+            conn.execute(f"INSERT INTO {_PROBE} (id, n) VALUES ('earlier', 1)")
+            commit_with(conn, _WRITE, ("failing", 0, "failing"))
+    assert path[-1] == path[0]
+    assert _failure(failed.value) == ("DivisionByZero", "22012", "division by zero")
+    assert _end_state(conn) == _IDLE_END
+    assert _kept(db, "earlier", "failing") == []
+
+
+def test_a_failing_deferred_statement_fails_the_last_statement(db, path):
+    _warm(db, path)
+    with pytest.raises(psycopg.Error) as failed:
+        with db.transaction(None, deadline=time.monotonic() + 30) as conn:
+            conn.execute(f"INSERT INTO {_PROBE} (id, n) VALUES ('earlier', 1)")
+            defer(conn, "SELECT set_config('statement_timeout', %s, true)", ("not a duration",))
+            commit_with(conn, _WRITE, ("after", 1, "after"))
+    assert path[-1] == path[0]
+    assert _failure(failed.value)[:2] == ("InvalidParameterValue", "22023")
+    assert _end_state(conn) == _IDLE_END
+    assert _kept(db, "earlier", "after") == []
+
+
+def test_a_failing_commit_raises_its_error_and_keeps_nothing(db, path):
+    _warm(db, path)
+    with pytest.raises(psycopg.Error) as failed:
+        with db.transaction(None, deadline=time.monotonic() + 30) as conn:
+            conn.execute(f"INSERT INTO {_PROBE} (id, n, other) VALUES ('earlier', 1, 'twice')")
+            commit_with(conn, _WRITE, ("second", 1, "twice"))
+    assert path[-1] == path[0]
+    assert _failure(failed.value)[:2] == ("UniqueViolation", "23505")
+    assert _end_state(conn) == _IDLE_END
+    assert _kept(db, "earlier", "second") == []
+    with db.transaction(None, deadline=time.monotonic() + 30) as conn:  # the connection serves the next one
+        assert commit_with(conn, _WRITE, ("next", 2, "next")) == {"id": "next", "n": 2, "tenth": 5}
+    assert _kept(db, "next") == ["next"]
+
+
+_FINISH_OR_FAIL = ("SELECT * FROM ledger_finish_attempt_or_fail(%s, %s, %s, 1, '{}', 'null', NULL, '[]', '[]',"
+                   " now(), now(), 1, 4, NULL, 'SUCCEEDED', NULL, %s)")
+
+
+def test_the_finish_or_fail_refuses_a_lost_lease_and_a_pending_cancel_and_writes_nothing(api, services):
+    action_id = publish(api, tool("echo", ECHO))
+    later = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)).isoformat()
+    execution_id = uuid.UUID(start(api, action_id, runAt=later)["executionId"])
+    ours, theirs = uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(services.db.conninfo, autocommit=True) as owner:
+        owner.execute("UPDATE execution_queue SET lease_token = %s WHERE execution_id = %s", (theirs, execution_id))
+        states = {}
+        for case, cancel in (("lost lease", False), ("cancel pending", True)):
+            if cancel:
+                owner.execute("UPDATE execution_queue SET lease_token = %s, cancel_requested = true"
+                              " WHERE execution_id = %s", (ours, execution_id))
+            with pytest.raises(psycopg.Error) as failed:
+                with services.db.transaction(api.tenant_id, deadline=time.monotonic() + 30) as conn:
+                    conn.execute(_FINISH_OR_FAIL, (api.tenant_id, execution_id, ours, uuid.UUID(action_id)))
+            states[case] = failed.value.sqlstate
+        invocations = owner.execute("SELECT count(*) FROM invocations WHERE execution_id = %s",
+                                    (execution_id,)).fetchone()[0]
+        status = owner.execute("SELECT status FROM executions WHERE id = %s", (execution_id,)).fetchone()[0]
+    assert states == {"lost lease": "LQ001", "cancel pending": "LQ002"}
+    assert (invocations, status) == (0, "QUEUED")
+
+
+def test_executions_finish_alike_on_both_paths(api, worker, path):  # noqa: F811 - `worker` is the fixture
+    action_id = publish(api, tool("echo", ECHO))
+    # Enough for both of the worker's connections to have prepared the finish.
+    ids = [start(api, action_id, {"n": n})["executionId"] for n in range(16)]
+    finished = [wait_for(api, execution_id) for execution_id in ids]
+    assert path[1:] and set(path[1:]) <= {"prepared", "cursor"}
+    if path[0] == "prepared":
+        assert "prepared" in path[1:]
+    else:
+        assert set(path[1:]) == {"cursor"}
+    for n, execution in enumerate(finished):
+        assert {key: value for key, value in execution.items() if key != "executionId"} == {
+            "status": "SUCCEEDED", "attempts": 1, "startedBy": {"executionId": None},
+            "invocation": {"attempt": 1, "output": {"echo": {"n": n}}, "error": None},
+            "invocations": [{"attempt": 1, "error": None}]}
