@@ -35,6 +35,10 @@ first reads) takes it too, as one libpq pipeline, once psycopg has prepared each
 and BEGIN is the command it would send, so its `__exit__`, its savepoints and `conn.transaction()` inside
 it work as ever. psycopg forgets its prepared statements on any rollback, a savepoint's included: the
 opening after one goes through psycopg's pipeline again, until its statements are prepared anew.
+
+A transaction's last statement and its COMMIT go as one libpq pipeline the same way (`commit_on_prepared`,
+for db/pool.py `commit_with`): the server skips the COMMIT when a statement before it fails, and the
+`psycopg.Transaction` is ended with the bookkeeping its own commit does only once the statement answered.
 """
 
 

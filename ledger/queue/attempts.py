@@ -3,7 +3,8 @@ of its own and finished in that same transaction (recorded, and retried with bac
 cancelled) while its claim still holds: one durable commit per attempt.
 
 Its reads go to the server together, with the transaction's BEGIN (one round trip): the queue row, the
-execution, the starter's client and the action; its last writes go with the fence (one more)."""
+execution, the starter's client and the action; its last writes go with the fence (one more), and so does
+the COMMIT when nothing follows them (no trigger on the status change, no lifecycle change to settle)."""
 
 from __future__ import annotations
 
