@@ -15,6 +15,7 @@ import pytest
 from psycopg import pq
 
 from ledger.db import pool, prepared
+from ledger.errors import Retryable
 from ledger.db.pool import Database, commit_with, defer
 from ledger.db.prepared import PreparedRead
 
@@ -174,3 +175,50 @@ def test_executions_finish_alike_on_both_paths(api, worker, path):  # noqa: F811
             "status": "SUCCEEDED", "attempts": 1, "startedBy": {"executionId": None},
             "invocation": {"attempt": 1, "output": {"echo": {"n": n}}, "error": None},
             "invocations": [{"attempt": 1, "error": None}]}
+
+
+def test_the_finish_or_fail_writes_what_the_finish_writes(api, services):
+    action_id = publish(api, tool("echo", ECHO))
+    later = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)).isoformat()
+    execution_id = uuid.UUID(start(api, action_id, runAt=later)["executionId"])
+    ours = uuid.uuid4()
+    with psycopg.connect(services.db.conninfo, autocommit=True) as owner:
+        owner.execute("UPDATE execution_queue SET lease_token = %s WHERE execution_id = %s", (ours, execution_id))
+    finished_at = datetime.datetime.now(datetime.timezone.utc)
+    written = {}
+    for function, retry_in in (("ledger_finish_attempt", None), ("ledger_finish_attempt_or_fail", None),
+                               ("ledger_finish_attempt", 2.5), ("ledger_finish_attempt_or_fail", 2.5)):
+        with services.db.transaction(api.tenant_id, deadline=time.monotonic() + 30, rollback=True) as conn:
+            answered = conn.execute(
+                f"SELECT * FROM {function}(%s, %s, %s, 1, '{{\"n\": 1}}', '{{\"echo\": 1}}', NULL, '[]', '[]',"
+                " %s, %s, 1.5, 12, NULL, %s, %s, %s)",
+                (api.tenant_id, execution_id, ours, finished_at, finished_at,
+                 "QUEUED" if retry_in else "SUCCEEDED", retry_in, uuid.UUID(action_id))).fetchone()
+            invocation = conn.execute(
+                "SELECT attempt, input, output, error, tools, logs, started_at, finished_at, duration_ms,"
+                " output_bytes, usage FROM invocations WHERE execution_id = %s", (execution_id,)).fetchone()
+            status = conn.execute("SELECT status FROM executions WHERE id = %s", (execution_id,)).fetchone()
+            queue = conn.execute("SELECT lease_token, lease_owner, cancel_requested, run_at > now() AS later"
+                                 " FROM execution_queue WHERE execution_id = %s", (execution_id,)).fetchone()
+        written[function, retry_in] = (answered, invocation, status, queue)
+    assert written["ledger_finish_attempt", None] == written["ledger_finish_attempt_or_fail", None]
+    assert written["ledger_finish_attempt", 2.5] == written["ledger_finish_attempt_or_fail", 2.5]
+    assert written["ledger_finish_attempt", None][3] is None  # given up for good
+    assert written["ledger_finish_attempt", 2.5][3]["lease_token"] is None  # back in the queue
+
+
+def test_the_finish_or_fail_fails_a_lifecycle_change_to_settle_as_a_lost_race(api, services):
+    action_id = publish(api, tool("echo", ECHO))
+    later = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)).isoformat()
+    execution_id = uuid.UUID(start(api, action_id, runAt=later)["executionId"])
+    ours = uuid.uuid4()
+    with psycopg.connect(services.db.conninfo, autocommit=True) as owner:
+        owner.execute("UPDATE execution_queue SET lease_token = %s WHERE execution_id = %s", (ours, execution_id))
+        owner.execute("UPDATE actions SET pending = 'DISABLE' WHERE id = %s", (uuid.UUID(action_id),))
+        with pytest.raises(Retryable) as failed:
+            with services.db.transaction(api.tenant_id, deadline=time.monotonic() + 30) as conn:
+                conn.execute(_FINISH_OR_FAIL, (api.tenant_id, execution_id, ours, uuid.UUID(action_id)))
+        invocations = owner.execute("SELECT count(*) FROM invocations WHERE execution_id = %s",
+                                    (execution_id,)).fetchone()[0]
+    assert (failed.value.race, failed.value.__cause__.sqlstate) == (True, "40001")  # run again at once
+    assert invocations == 0
