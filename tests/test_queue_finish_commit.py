@@ -222,3 +222,22 @@ def test_the_finish_or_fail_fails_a_lifecycle_change_to_settle_as_a_lost_race(ap
                                     (execution_id,)).fetchone()[0]
     assert (failed.value.race, failed.value.__cause__.sqlstate) == (True, "40001")  # run again at once
     assert invocations == 0
+
+
+def test_without_psycopgs_private_parts_the_last_statement_takes_the_cursor_and_commits(db, monkeypatch):
+    monkeypatch.setattr(prepared, "SUPPORTED", False)
+    fallback = PreparedRead(_WRITE.sql)
+    answers = []
+
+    def spy(conn, block, statement, params):
+        answers.append(prepared.commit_on_prepared(conn, block, statement, params))
+        return answers[-1]
+
+    monkeypatch.setattr(pool, "commit_on_prepared", spy)
+    rows = []
+    for n in range(_WARM):
+        with db.transaction(None, deadline=time.monotonic() + 30) as conn:
+            rows.append(commit_with(conn, fallback, (f"fallback-{n}", 5, f"fallback-{n}")))
+    assert answers == [prepared._NOT_PREPARED] * _WARM
+    assert rows == [{"id": f"fallback-{n}", "n": 5, "tenth": 2} for n in range(_WARM)]
+    assert _kept(db, *(f"fallback-{n}" for n in range(_WARM))) == sorted(f"fallback-{n}" for n in range(_WARM))

@@ -70,9 +70,18 @@ def _internals_present() -> bool:
     try:
         from psycopg._preparing import PrepareManager
 
+        from psycopg._connection_base import BaseConnection
+
         manager = PrepareManager()
+        # What the opening and the commit read and set of a Transaction and its connection (instance
+        # attributes set in their __init__).
+        transaction_init = psycopg.Transaction.__init__.__code__.co_names
         return (hasattr(manager._names, "move_to_end") and hasattr(manager, "_to_flush")
-                and hasattr(pq.PGconn, "send_query_prepared"))
+                and hasattr(pq.PGconn, "send_query_prepared")
+                and all(hasattr(psycopg.Transaction, name)
+                        for name in ("_push_savepoint", "_pop_savepoint", "_get_enter_commands"))
+                and all(name in transaction_init for name in ("_outer_transaction", "_stack_index", "_savepoint_name"))
+                and "_num_transactions" in BaseConnection.__init__.__code__.co_names)
     except Exception:  # noqa: BLE001 - any difference at all means: do not use it
         return False
 
