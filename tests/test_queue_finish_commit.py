@@ -6,6 +6,7 @@ On a pool of one connection, so that every transaction meets the statements the 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 import uuid
@@ -20,7 +21,7 @@ from ledger.db.pool import Database, commit_with, defer
 from ledger.db.prepared import PreparedRead
 
 from invoke_helpers import publish, tool
-from test_queue import ECHO, read, start, wait_for, worker  # noqa: F401 - `worker` is a fixture
+from test_queue import ECHO, start, wait_for
 
 _PROBE = "finish_commit_probe"
 # A write answering what it wrote; n = 0 fails it (division_by_zero), a repeated `other` fails its COMMIT (a
@@ -160,10 +161,22 @@ def test_the_finish_or_fail_refuses_a_lost_lease_and_a_pending_cancel_and_writes
     assert (invocations, status) == (0, "QUEUED")
 
 
-def test_executions_finish_alike_on_both_paths(api, worker, path):  # noqa: F811 - `worker` is the fixture
+@pytest.fixture
+def one_connection_worker(settings, db_url):
+    """A queue worker whose attempts share one pooled connection: the finish is prepared by its fifth."""
+    from ledger.queue.worker import Worker
+    from ledger.wiring import open_services
+
+    services = open_services(dataclasses.replace(settings, pool_min=1, pool_max=1), db_url)
+    running = Worker(services, concurrency=2, lease_seconds=2.0, poll_interval=0.1).start()
+    yield running
+    running.stop()
+    services.close()
+
+
+def test_executions_finish_alike_on_both_paths(api, one_connection_worker, path):
     action_id = publish(api, tool("echo", ECHO))
-    # Enough for both of the worker's connections to have prepared the finish.
-    ids = [start(api, action_id, {"n": n})["executionId"] for n in range(16)]
+    ids = [start(api, action_id, {"n": n})["executionId"] for n in range(12)]
     finished = [wait_for(api, execution_id) for execution_id in ids]
     assert path[1:] and set(path[1:]) <= {"prepared", "cursor"}
     if path[0] == "prepared":
