@@ -22,7 +22,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import InvalidInput, LedgerError, Retryable
-from .prepared import begin_on_prepared
+from .prepared import _NOT_PREPARED, PreparedRead, begin_on_prepared, commit_on_prepared
 
 APP_ROLE = "ledger_app"
 
@@ -383,11 +383,14 @@ class Database:
                     yield conn
                 except BaseException as exc:
                     conn.ledger_deferred.clear()  # rolled back: nothing they would set matters
-                    block.__exit__(type(exc), exc, exc.__traceback__)
+                    if block.status == block.Status.ACTIVE:  # else `commit_with` ended it
+                        block.__exit__(type(exc), exc, exc.__traceback__)
                     raise
-                _flush_deferred(conn)
-                block.__exit__(None, None, None)
+                if block.status == block.Status.ACTIVE:  # else `commit_with` committed it
+                    _flush_deferred(conn)
+                    block.__exit__(None, None, None)
         finally:
+            conn.ledger_block = None
             self._give_back(conn)
 
     def _begin(self, tenant_id: object | None, deadline: float | None, timeout_ms: int, rollback: bool,
@@ -414,6 +417,7 @@ class Database:
                         cursors = [conn.execute(*statement) for statement in [*tenant, *first]]
                     rows = [cursor.fetchone() for cursor in cursors]
                 conn.ledger_first = rows[len(tenant):]
+                conn.ledger_block = block  # for `commit_with`
                 return conn, block
             except BaseException as exc:
                 if block.status == block.Status.ACTIVE:  # entered, and not yet exited
@@ -437,6 +441,21 @@ class Database:
         conn.ledger_deadline = None  # its deferred statements are forgotten by the pool (_Pool.putconn)
         conn.ledger_returned_at = time.monotonic()
         self.pool.putconn(conn)
+
+
+def commit_with(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> dict | None:
+    """`statement`'s first row (or None), run as the last statement of the `Database.transaction` the
+    connection is in, with the COMMIT that ends it in the same round trip when psycopg has prepared the
+    statement (`prepared.commit_on_prepared`); otherwise through the cursor, the transaction's end
+    committing it as ever. Either way nothing may run on the connection after it: the caller's block
+    only ends. A failure of the statement leaves the transaction to roll back on both paths; a failure of
+    the COMMIT is raised from here instead of from the block's end."""
+    block = getattr(conn, "ledger_block", None)
+    if block is not None:
+        row = commit_on_prepared(conn, block, statement, params)
+        if row is not _NOT_PREPARED:
+            return row
+    return conn.execute(statement.sql, params).fetchone()
 
 
 def _unreachable() -> Retryable:

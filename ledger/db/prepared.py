@@ -35,6 +35,10 @@ first reads) takes it too, as one libpq pipeline, once psycopg has prepared each
 and BEGIN is the command it would send, so its `__exit__`, its savepoints and `conn.transaction()` inside
 it work as ever. psycopg forgets its prepared statements on any rollback, a savepoint's included: the
 opening after one goes through psycopg's pipeline again, until its statements are prepared anew.
+
+A transaction's last statement and its COMMIT go as one libpq pipeline the same way (`commit_on_prepared`,
+for db/pool.py `commit_with`): the server skips the COMMIT when a statement before it fails, and the
+`psycopg.Transaction` is ended with the bookkeeping its own commit does only once the statement answered.
 """
 
 
@@ -66,9 +70,18 @@ def _internals_present() -> bool:
     try:
         from psycopg._preparing import PrepareManager
 
+        from psycopg._connection_base import BaseConnection
+
         manager = PrepareManager()
+        # What the opening and the commit read and set of a Transaction and its connection (instance
+        # attributes set in their __init__).
+        transaction_init = psycopg.Transaction.__init__.__code__.co_names
         return (hasattr(manager._names, "move_to_end") and hasattr(manager, "_to_flush")
-                and hasattr(pq.PGconn, "send_query_prepared"))
+                and hasattr(pq.PGconn, "send_query_prepared")
+                and all(hasattr(psycopg.Transaction, name)
+                        for name in ("_push_savepoint", "_pop_savepoint", "_get_enter_commands"))
+                and all(name in transaction_init for name in ("_outer_transaction", "_stack_index", "_savepoint_name"))
+                and "_num_transactions" in BaseConnection.__init__.__code__.co_names)
     except Exception:  # noqa: BLE001 - any difference at all means: do not use it
         return False
 
@@ -199,21 +212,25 @@ def _run(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> ob
 
 
 def _in_one_pipeline(pgconn: pq.abc.PGconn, commands: list[tuple[bytes, Any]],
-                     prepared: list[tuple[bytes, list, list]]) -> Any:
+                     prepared: list[tuple[bytes, list, list]], after: tuple[bytes, ...] = ()) -> Any:
     """The generator sending `commands` ((command, parameter values or None), each a bare protocol command,
-    as psycopg sends one in its pipeline) and then the `prepared` statements ((name, values, formats)) in
-    one libpq pipeline, then a sync: each one's results, in order. A connection that broke on the way is
-    not taken out of pipeline mode (as psycopg's pipeline leaves it): its results' error is raised instead."""
+    as psycopg sends one in its pipeline), then the `prepared` statements ((name, values, formats)), then
+    the bare commands `after`, in one libpq pipeline, then a sync: each one's results, in order (after a
+    failure, the server skips the rest until the sync: their results say so). A connection that broke on
+    the way is not taken out of pipeline mode (as psycopg's pipeline leaves it): its results' error is
+    raised instead."""
     pgconn.enter_pipeline_mode()
     try:
         for command, values in commands:
             pgconn.send_query_params(command, values, result_format=_TEXT)
         for name, values, formats in prepared:
             pgconn.send_query_prepared(name, values, param_formats=formats, result_format=_TEXT)
+        for command in after:
+            pgconn.send_query_params(command, None, result_format=_TEXT)
         pgconn.pipeline_sync()
         yield from _send(pgconn)
         groups = []
-        for _ in range(len(commands) + len(prepared) + 1):  # each one's results, then the sync's
+        for _ in range(len(commands) + len(prepared) + len(after) + 1):  # each one's results, then the sync's
             groups.append((yield from _fetch_many(pgconn)))
     except BaseException:
         if pgconn.status == _CONN_OK:
@@ -325,3 +342,63 @@ def begin_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction,
         else:
             rows.append(None)
     return rows
+
+
+_COMMITTED = psycopg.Transaction.Status.COMMITTED
+_INTRANS = pq.TransactionStatus.INTRANS
+_COMMIT = b"COMMIT"
+
+
+def commit_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction, statement: PreparedRead,
+                       params: tuple) -> object:
+    """`statement` as the last of the transaction `block`, and the COMMIT that ends it, in one libpq pipeline
+    (the connection's deferred statements first, as the pool's cursor sends them), when psycopg has prepared
+    the statement on the connection: its first row (or None).
+
+    A failure of a deferred statement or of `statement` is raised with `block` still entered, the server
+    having skipped the COMMIT (the transaction is in its failed state), so that the block's `__exit__` rolls
+    it back as it does when that statement fails through a cursor; so is a connection lost on the way. Once
+    `statement` answered, `block` ends as its own commit ends it (psycopg's count of the connection's
+    transactions, its status COMMITTED) and a failed COMMIT raises its error, as the block's `__exit__`
+    raises it: the caller must not exit it again.
+
+    `_NOT_PREPARED`, with nothing sent and `block` untouched, whenever this cannot be done exactly so: the
+    statement not prepared (or parameters psycopg would dump otherwise), the connection in psycopg's
+    pipeline, closed, not in a healthy transaction of `block` alone (a savepoint open, a forced rollback),
+    past its deadline, psycopg with statements of its own to drop first."""
+    if (len(params) != statement.count or conn._pipeline is not None or conn.row_factory is not dict_row
+            or conn.closed or _past_deadline(conn) or block.status != _ACTIVE or block.force_rollback
+            or not block._outer_transaction or block._savepoint_name or block._stack_index != 0
+            or conn._num_transactions != 1 or conn.pgconn.transaction_status != _INTRANS):
+        return _NOT_PREPARED
+    tx = adapt.Transformer(conn)
+    values = tx.dump_sequence(params, statement.formats)
+    key = (statement.query, tx.types or ())
+    pgconn = conn.pgconn
+    with conn.lock:
+        manager = conn._prepared
+        name = manager._names.get(key)
+        if name is None or manager._to_flush:
+            return _NOT_PREPARED
+        manager._names.move_to_end(key)  # a use, as a cursor's would count in psycopg's LRU
+        deferred, conn.ledger_deferred = getattr(conn, "ledger_deferred", None) or [], []
+        commands = [(d.command, d.values) for d in deferred]
+        try:
+            groups = conn.wait(_in_one_pipeline(pgconn, commands, [(name, values, tx.formats)], (_COMMIT,)))
+        except pgerrors._NO_TRACEBACK as ex:  # as psycopg raises them: without its frames
+            raise ex.with_traceback(None)
+    _raise_first_failure(groups[:len(commands)], pgconn)
+    results = groups[len(commands)]
+    result = results[0] if len(results) == 1 else None
+    if result is None or result.status != _TUPLES_OK:
+        raise _failure(conn, result)
+    names = _columns(statement, result, pgconn)
+    row = None
+    if result.ntuples:
+        tx.set_pgresult(result)
+        row = tx.load_row(0, lambda values: dict(zip(names, values)))
+    # What Transaction._commit_gen does around the COMMIT it sends (the nesting was checked above).
+    block._pop_savepoint("commit")
+    block.status = _COMMITTED
+    _raise_first_failure(groups[len(commands) + 1:], pgconn)
+    return row

@@ -3,7 +3,8 @@ of its own and finished in that same transaction (recorded, and retried with bac
 cancelled) while its claim still holds: one durable commit per attempt.
 
 Its reads go to the server together, with the transaction's BEGIN (one round trip): the queue row, the
-execution, the starter's client and the action; its last writes go with the fence (one more)."""
+execution, the starter's client and the action; its last writes go with the fence (one more), and so does
+the COMMIT when nothing follows them (no trigger on the status change, no lifecycle change to settle)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ from ..actions.lifecycle import settle_pending_lifecycle
 from ..actions.mcp_servers import load_server_for_task, server_layer
 from ..actions import natives
 from ..actions.registry import HEADER_COLUMNS as _HEADER_COLUMNS, action_of_row, load_action
+from ..actions.triggers import TRIGGERS_WRITTEN
 from ..auth.clients import client_layer
+from ..db.pool import commit_with
+from ..db.prepared import PreparedRead, fetch_one
 from ..db.retry import retry_lost_races
 from ..executions.engine import run_call
 from ..executions.plan_chain import RunRefused, confirmed_scope
@@ -31,7 +35,7 @@ from ..metrics import call_finished, json_size, observe_tree
 from ..policy.chain import Chain
 from ..policy.principal import Principal
 from ..scope import Scope
-from .claims import Job, fence, held, release
+from .claims import Job, LeaseLost, fence, held, release
 from .triggers import TRIGGERS_VERSION_COLUMN, remember_version
 
 TERMINAL_CODES = {"action_input_invalid", "action_access_denied", "action_call_limit_exceeded",
@@ -132,7 +136,8 @@ def run_attempt(services: Any, job: Job) -> str:
                 if denial is not None or record is None:
                     code, message, hint = denial or ("action_failure", "the action version no longer exists", None)
                     return _finish(conn, services, job, execution, attempt, record, None, started_at,
-                                   error={"code": code, "message": message, "hint": hint}, scope=scope)
+                                   error={"code": code, "message": message, "hint": hint}, scope=scope,
+                                   lifecycle_settled=_lifecycle_settled(execution, action_row))
                 tree = CallTree(scope, on_worker=True)
                 try:
                     # The recorded event: a start's `action.started`, a trigger's typed record event.
@@ -149,7 +154,8 @@ def run_attempt(services: Any, job: Job) -> str:
                     raise Cancelled()
                 if len(tree.pending) > 1:  # the calls it made (the execution itself is written by _finish)
                     flush(scope, tree.pending[1:], above=(pending,))
-                return _finish(conn, services, job, execution, attempt, record, pending, started_at, scope=scope)
+                return _finish(conn, services, job, execution, attempt, record, pending, started_at, scope=scope,
+                               lifecycle_settled=_lifecycle_settled(execution, action_row))
         except Cancelled:
             return _finish_cancelled(services, job, execution, deadline,
                                      started_at if job.started else None)
@@ -273,10 +279,37 @@ def _system_scope(services: Any, conn: psycopg.Connection, execution: dict, trig
     return scope
 
 
+def _lifecycle_settled(execution: dict, action_row: dict | None) -> bool:
+    """Whether the attempt's snapshot saw its (stored) action with no disable or delete waiting for its
+    running executions: then its finish has nothing to settle (actions/lifecycle.py)."""
+    return (action_row is not None and action_row["pending"] is None
+            and execution["action_id"] not in natives.NATIVE_BY_ID)
+
+
+_FINISH = PreparedRead(
+    "SELECT * FROM ledger_finish_attempt(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
+# The same finish, failing instead of answering a lost lease (LQ001), a pending cancel (LQ002) or a
+# lifecycle change to settle (a lost race): what it answers can be committed unread (migration 0017).
+_FINISH_OR_FAIL = PreparedRead(
+    "SELECT * FROM ledger_finish_attempt_or_fail(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
+_LEASE_LOST_STATE, _CANCELLED_STATE = "LQ001", "LQ002"
+_STATUS_CHANGED = "financial.ActionExecution.updated"
+
+
+def _nothing_follows_finish(services: Any, scope: Scope | None, lifecycle_settled: bool) -> bool:
+    """Whether the finish can be the transaction's last statement, committed with it: no trigger reacts to
+    the status change (its event would be raised after the finish, in the same transaction) and no
+    lifecycle change waits to be settled."""
+    return (lifecycle_settled and scope is not None and not scope.request_state.get(TRIGGERS_WRITTEN)
+            and not services.record_events.on(scope, _STATUS_CHANGED))
+
+
 def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, attempt: int, record: dict | None,
-            pending: Any, started_at: datetime.datetime, error: dict | None = None, scope: Scope | None = None) -> str:
+            pending: Any, started_at: datetime.datetime, error: dict | None = None, scope: Scope | None = None,
+            lifecycle_settled: bool = False) -> str:
     """Record the attempt and its outcome, and give the queue row up, in the attempt's transaction: the
-    fence and these writes are one statement (one round trip)."""
+    fence and these writes are one statement (one round trip), and when nothing follows it in the
+    transaction, the COMMIT goes with it (`commit_with`)."""
     finished_at = datetime.datetime.now(datetime.timezone.utc)
     if pending is not None:
         error = pending.error
@@ -297,26 +330,43 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
     # row given up and, for a finish for good, the action's row locked: one statement (migration 0012).
     retry_in = (backoff_seconds(float(settings.get("backoffSeconds", 1.0)), attempt) if outcome == "retry"
                 else None)
-    fenced = conn.execute(
-        "SELECT * FROM ledger_finish_attempt(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (job.tenant_id, job.execution_id, job.lease_token, attempt, record_json(execution["input"]),
-         record_json(output), record_json(error) if error else None, record_json(tools), record_json(logs),
-         started_at, finished_at, duration_ms, output_bytes, record_json(usage) if usage else None, status,
-         retry_in, execution["action_id"]))
-    fenced_row = held(fenced.fetchone(), job)
+    params = (job.tenant_id, job.execution_id, job.lease_token, attempt, record_json(execution["input"]),
+              record_json(output), record_json(error) if error else None, record_json(tools), record_json(logs),
+              started_at, finished_at, duration_ms, output_bytes, record_json(usage) if usage else None, status,
+              retry_in, execution["action_id"])
+    if _nothing_follows_finish(services, scope, lifecycle_settled):
+        if job.lost:  # as `held` finds it after the finish: the heartbeat saw the lease lapse
+            raise LeaseLost()
+        try:
+            commit_with(conn, _FINISH_OR_FAIL, params)
+        except psycopg.Error as exc:
+            if exc.sqlstate == _LEASE_LOST_STATE:
+                raise LeaseLost() from None
+            if exc.sqlstate == _CANCELLED_STATE:
+                raise Cancelled() from None
+            raise
+        _finished(job, execution, attempt, record, status, error, duration_ms, output_bytes)
+        return outcome
+    fenced_row = held(fetch_one(conn, _FINISH, params), job)
     if fenced_row["cancel_requested"]:
         raise Cancelled()
     scope = scope or _scope_for(services, conn, execution, time.monotonic() + 30)
     raise_execution_event(scope, "updated", {**execution, "status": status, "attempts": attempt}, error,
                           previous_status="RUNNING")
-    call_finished(job.tenant_id, execution_id=job.execution_id, root_execution_id=job.execution_id,
-                  action=(record or {}).get("name") or current_call().get("action"), action_version=execution["action_version"],
-                  status="FAILED" if error else "SUCCEEDED", error=error, duration_ms=duration_ms,
-                  output_bytes=output_bytes, attempt=attempt, depth=0, kind=(record or {}).get("kind"))
+    _finished(job, execution, attempt, record, status, error, duration_ms, output_bytes)
     if fenced_row["lifecycle_pending"]:
         # A disable or delete waits for the action's running executions (actions/lifecycle.py).
         settle_pending_lifecycle(scope, execution["action_id"])
     return outcome
+
+
+def _finished(job: Job, execution: dict, attempt: int, record: dict | None, status: str, error: dict | None,
+              duration_ms: float, output_bytes: int) -> None:
+    """The finished attempt's metrics and log line."""
+    call_finished(job.tenant_id, execution_id=job.execution_id, root_execution_id=job.execution_id,
+                  action=(record or {}).get("name") or current_call().get("action"), action_version=execution["action_version"],
+                  status="FAILED" if error else "SUCCEEDED", error=error, duration_ms=duration_ms,
+                  output_bytes=output_bytes, attempt=attempt, depth=0, kind=(record or {}).get("kind"))
 
 
 def _finish_cancelled(services: Any, job: Job, execution: dict, deadline: float,
