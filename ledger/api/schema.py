@@ -351,25 +351,29 @@ class PlannedActionsQuery:
         return [PlannedAction.from_row(r) for r in rows]
 
 
+# A root field that only returns its namespace object (plans.NAMESPACE: a plan resolves it once).
+_NAMESPACE = {plans.NAMESPACE: True}
+
+
 @strawberry.type
 class Query:
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def actions(self) -> ActionsQuery:
         return ActionsQuery()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def planned_actions(self) -> PlannedActionsQuery:
         return PlannedActionsQuery()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def mcp_servers(self) -> McpServersQuery:
         return McpServersQuery()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def triggers(self) -> TriggersQuery:
         return TriggersQuery()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def financial(self) -> FinancialQuery:
         return FinancialQuery()
 
@@ -541,27 +545,27 @@ class PlannedActionsMutation:
 
 @strawberry.type
 class Mutation:
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def actions(self) -> ActionsMutation:
         return ActionsMutation()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def planned_actions(self) -> PlannedActionsMutation:
         return PlannedActionsMutation()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def financial(self) -> FinancialMutation:
         return FinancialMutation()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def clients(self) -> ClientsMutation:
         return ClientsMutation()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def mcp_servers(self) -> McpServersMutation:
         return McpServersMutation()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def triggers(self) -> TriggersMutation:
         return TriggersMutation()
 
