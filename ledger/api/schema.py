@@ -650,6 +650,16 @@ class _Schema(strawberry.Schema):
         return super().execute_sync(query, variable_values, context_value, root_value, operation_name,
                                     allowed_operation_types, operation_extensions)
 
+    def run_planned(self, query: str, variable_values, context_value, operation_name):
+        """`(data, errors)` of `execute_sync(query, variable_values, context_value, operation_name=...)` when
+        the document has a plan and its variables coerce (it then names exactly one query or mutation); None
+        otherwise, and nothing has run. For a caller that takes each document's answer this way first
+        (api/documents.py `GraphQLDocuments`, a program's graphql())."""
+        prepared = _prepared(self._schema, query, operation_name) if query else None
+        if prepared is None or prepared[1] is None:
+            return None
+        return plans.run(self._schema, prepared[1], context_value, variable_values, optimized_is_awaitable)
+
 
 @functools.lru_cache(maxsize=1024)
 def _prepared(graphql_schema, query: str, operation_name: str | None):
