@@ -472,15 +472,89 @@ def test_a_uuid_variable_is_read_as_strawberrys_uuid_scalar_reads_it():
               given[:8] + "-" + given[8:12] + given[13:14] + "-" + given[15:]]
     for value in values:
         outcomes = []
-        for read in (plans._uuid_from_text, UUIDDefinition.parse_value):
+        # `_uuid_from_text` twice: a text it read is kept with its UUID, and read from there the second time.
+        for read in (plans._uuid_from_text, plans._uuid_from_text, UUIDDefinition.parse_value):
             try:
                 made = read(value)
                 outcomes.append((type(made), made.int, made.is_safe))
             except Exception as error:
                 outcomes.append((type(error), str(error)))
-        assert outcomes[0] == outcomes[1], value
+        assert outcomes[0] == outcomes[1] == outcomes[2], value
     from ledger.api.schema import schema as ledger_schema
 
     plan = plans.plan(ledger_schema._schema, parse("query($id: UUID!, $n: Int) { financial { account(id: $id) {"
                                                    " transfers(first: $n) { id } } } }"), None)
     assert [coerce is plans._uuid_from_text for *_, coerce in plan.variables] == [True, False]
+
+
+CALLS = {"namespace": 0}
+
+
+@strawberry.type
+class MarkedNamespace:
+    @strawberry.field
+    def here(self) -> Located:
+        return Located()
+
+    @strawberry.field
+    def fails_required(self) -> str:
+        raise ValueError("a required field failed")
+
+    @strawberry.field
+    def fails(self, info: strawberry.Info) -> Optional[str]:
+        raise ValueError(f"failed at {info.path.as_list()}")
+
+
+@strawberry.type
+class NamespacesQuery:
+    @strawberry.field(metadata={plans.NAMESPACE: True})
+    def marked(self) -> MarkedNamespace:
+        CALLS["namespace"] += 1
+        return MarkedNamespace()
+
+    @strawberry.field(metadata={plans.NAMESPACE: True})
+    def nullable(self) -> Optional[MarkedNamespace]:
+        CALLS["namespace"] += 1
+        return MarkedNamespace()
+
+    @strawberry.field(metadata={plans.NAMESPACE: True})
+    def with_info(self, info: strawberry.Info) -> MarkedNamespace:
+        return MarkedNamespace()
+
+
+def test_a_namespace_field_is_resolved_once_per_plan_and_answers_as_graphql_core_does_every_run():
+    """A field marked `plans.NAMESPACE` is resolved by a plan's first run and its value shared by the later
+    ones (`_Field.namespace`): each run answers as graphql-core's own execution, errors beneath it, their
+    paths and the null they propagate (to the field, or past a non-null one) included."""
+    schema = strawberry.Schema(query=NamespacesQuery)._schema
+    for text in ("{ marked { here { where fails } } }", "{ marked { failsRequired } }",
+                 "{ nullable { failsRequired } marked { fails } }", "{ a: marked { fails } b: nullable { here { where } } }"):
+        document = parse(text)
+        plan = plans.plan(schema, document, None)
+        assert plan is not None, text
+        CALLS["namespace"] = 0
+        for _ in range(3):
+            data, errors = plans.run(schema, plan, None, None, optimized_is_awaitable)
+            full = execute(schema, document, is_awaitable=optimized_is_awaitable)
+            assert json.dumps(data) == json.dumps(full.data), text
+            assert [e.formatted for e in errors or []] == [e.formatted for e in full.errors or []], text
+        # graphql-core calls each namespace field on each of its three runs; the plan, on its first run only
+        assert CALLS["namespace"] == 3 * len(plan.fields) + len(plan.fields), text
+    with_info = plans.plan(schema, parse("{ withInfo { here { where } } }"), None)
+    assert with_info.fields[0].namespace is None  # a resolver that reads its info is called on every run
+
+
+def test_the_schemas_namespace_fields_return_types_without_state():
+    """Sharing a namespace field's value is sound only for a type with nothing but resolvers."""
+    from ledger.api.schema import schema as ledger_schema
+
+    marked = []
+    for root in (ledger_schema._schema.query_type, ledger_schema._schema.mutation_type):
+        for name, field in root.fields.items():
+            own = field.extensions["strawberry-definition"]
+            if own.metadata.get(plans.NAMESPACE):
+                definition = own.type.__strawberry_definition__
+                assert [f.name for f in definition.fields if f.base_resolver is None] == [], name
+                assert own.base_resolver.arguments == [] and own.base_resolver.info_parameter is None, name
+                marked.append(name)
+    assert "financial" in marked

@@ -132,3 +132,26 @@ def test_a_closed_peer_is_reported(channels):
     a.close()
     with pytest.raises(ChannelClosed):
         b.receive(time.monotonic() + 1)
+
+
+def test_constant_envelopes_are_read_as_orjson_reads_them_each_a_dict_of_its_own(channels):
+    """A host call's and a successful reply's envelope, sent as constants, are recognised by their bytes
+    (`protocol._constant_envelope`): the same dict as orjson's parse, a new one each time; other envelopes of
+    the same lengths, and the constants' keys in another order, are parsed."""
+    from ledger.runtime.executor import _CALL_ENVELOPES
+    from ledger.runtime.lease import _REPLY_OK
+
+    a, b = channels
+    constants = [*_CALL_ENVELOPES.values(), _REPLY_OK]
+    others = [b'{"t":"call","fn":"graphqm"}', b'{"fn":"cel","t":"call"}', b'{"t":"reply","ok":1}',
+              b'{"t":"reply","ok":false}', b'{"t":"tool","fn":"call"}']
+    for encoded in constants + others:
+        for _ in range(2):
+            a.send_encoded(encoded, b"[]")
+        first, second = b.receive(), b.receive()
+        assert first.envelope == orjson.loads(encoded) and list(first.envelope) == list(orjson.loads(encoded))
+        assert first.envelope is not second.envelope and first.payload == b"[]"
+    a.send_encoded(_REPLY_OK)
+    b.receive().envelope["changed"] = True
+    a.send_encoded(_REPLY_OK)
+    assert b.receive().envelope == {"t": "reply", "ok": True}

@@ -45,6 +45,10 @@ from ..values import uuid_of_int
 from .plan_inputs import input_builder
 
 _DEFINITION = "strawberry-definition"  # strawberry's back-reference from a GraphQL field to its own field
+# The metadata key (`strawberry.field(metadata={NAMESPACE: True})`) of a field whose resolver takes only its
+# source and returns a fresh instance of a type that holds no state (schema.py's `financial`, `actions`,
+# ...): any instance answers the same, so a plan resolves such a field once and shares its value.
+NAMESPACE = "ledger-namespace"
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,9 @@ class _Field:
     # The field's response path when no list is above it (then it is the same on every run, and paths are
     # immutable); None beneath a list, whose items' indexes make the path per run.
     path: Path | None = None
+    # For a namespace field (`NAMESPACE`) with a fixed path: a one-item list holding its value once a run
+    # resolved it ([None] until then), which later runs complete without calling the resolver.
+    namespace: list | None = None
 
 
 @dataclass(frozen=True)
@@ -144,10 +151,12 @@ def _selection(schema: GraphQLSchema, parent: GraphQLObjectType, selection_set: 
         resolver = strawberry_field.base_resolver
         blind = direct is not None and (resolver is None or resolver.info_parameter is None)
         object_type = leaf_type if is_object_type(leaf_type) and leaf_type.is_type_of is None else None
+        namespace = ([None] if strawberry_field.metadata.get(NAMESPACE) and blind and not takes_arguments
+                     and object_type is not None and path is not None else None)
         fields.append(_Field(key, node, [node], name, definition, takes_arguments, sub,
                              direct or _wrapped(definition), leaf,
                              _variable_arguments(definition, node) if takes_arguments else None,
-                             blind, object_type, path))
+                             blind, object_type, path, namespace))
     return tuple(fields)
 
 
@@ -249,16 +258,31 @@ def _uuid_from_text(value: Any) -> Any:
     """What strawberry's UUID scalar (`uuid.UUID(value)` for a string) makes of `value`, without
     `UUID.__init__`'s steps for a string with no colon and no brace: `UUID.__init__` then strips nothing but
     the hyphens, and reads the 32 characters left with `int(…, 16)`, as here. Anything else, and text that
-    `int` refuses, goes to the scalar itself (its error included)."""
-    if type(value) is str and ":" not in value and "{" not in value and "}" not in value:
-        digits = value.replace("-", "")
-        if len(digits) == 32:
-            try:
-                number = int(digits, 16)
-            except ValueError:
-                return UUIDDefinition.parse_value(value)
-            return uuid_of_int(number)  # 32 hex digits: 128 bits
+    `int` refuses, goes to the scalar itself (its error included).
+
+    A text read this way is kept with its UUID (`_UUIDS_READ`): a program sends the same id again and again
+    (a call tree's reads, one account's), and a UUID is immutable, so the one read serves every time."""
+    if type(value) is str:
+        read = _UUIDS_READ.get(value)
+        if read is not None:
+            return read
+        if ":" not in value and "{" not in value and "}" not in value:
+            digits = value.replace("-", "")
+            if len(digits) == 32:
+                try:
+                    number = int(digits, 16)
+                except ValueError:
+                    return UUIDDefinition.parse_value(value)
+                read = uuid_of_int(number)  # 32 hex digits: 128 bits
+                if len(_UUIDS_READ) >= _UUIDS_READ_LIMIT:
+                    _UUIDS_READ.clear()
+                _UUIDS_READ[value] = read  # racing threads store equal UUIDs: the last write wins harmlessly
+                return read
     return UUIDDefinition.parse_value(value)
+
+
+_UUIDS_READ: dict[str, uuid.UUID] = {}  # `_uuid_from_text`'s texts and their UUIDs, at most this many:
+_UUIDS_READ_LIMIT = 1024
 
 
 
@@ -455,10 +479,26 @@ class _Run:
                 if value is not None and value is not Undefined:
                     results[field.key] = value
                     continue
+            namespace = field.namespace
+            if namespace is not None and namespace[0] is not None:
+                results[field.key] = self.namespace(field, namespace[0])
+                continue
             fixed = field.path
             results[field.key] = self.field(parent, source, field,
                                             fixed if fixed is not None else Path(path, field.key, parent.name))
         return results
+
+    def namespace(self, field: _Field, value: Any) -> Any:
+        """`field` for a namespace field already resolved once: the same completion of the same kind of
+        value (an object, neither null nor an error), and the same handling of its sub-selection's error."""
+        try:
+            return self.fields(field.object_type, value, field.path, field.selection)
+        except Exception as raw_error:
+            error = located_error(raw_error, field.nodes, field.path.as_list())
+            if is_non_null_type(field.definition.type):
+                raise error
+            self.errors.append(error)
+            return None
 
     def field(self, parent: GraphQLObjectType, source: Any, field: _Field, path: Path) -> Any:
         if field.definition is None:
@@ -476,6 +516,8 @@ class _Run:
             object_type = field.object_type
             if (object_type is not None and result is not None and result is not Undefined
                     and not isinstance(result, Exception)):
+                if field.namespace is not None:
+                    field.namespace[0] = result  # racing runs store equal values: any one will do
                 return self.fields(object_type, result, path, field.selection)  # what `complete` would do
             if info is None:
                 info = self._info(parent, field, path)

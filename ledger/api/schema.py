@@ -351,25 +351,29 @@ class PlannedActionsQuery:
         return [PlannedAction.from_row(r) for r in rows]
 
 
+# A root field that only returns its namespace object (plans.NAMESPACE: a plan resolves it once).
+_NAMESPACE = {plans.NAMESPACE: True}
+
+
 @strawberry.type
 class Query:
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def actions(self) -> ActionsQuery:
         return ActionsQuery()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def planned_actions(self) -> PlannedActionsQuery:
         return PlannedActionsQuery()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def mcp_servers(self) -> McpServersQuery:
         return McpServersQuery()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def triggers(self) -> TriggersQuery:
         return TriggersQuery()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def financial(self) -> FinancialQuery:
         return FinancialQuery()
 
@@ -541,27 +545,27 @@ class PlannedActionsMutation:
 
 @strawberry.type
 class Mutation:
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def actions(self) -> ActionsMutation:
         return ActionsMutation()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def planned_actions(self) -> PlannedActionsMutation:
         return PlannedActionsMutation()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def financial(self) -> FinancialMutation:
         return FinancialMutation()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def clients(self) -> ClientsMutation:
         return ClientsMutation()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def mcp_servers(self) -> McpServersMutation:
         return McpServersMutation()
 
-    @strawberry.field
+    @strawberry.field(metadata=_NAMESPACE)
     def triggers(self) -> TriggersMutation:
         return TriggersMutation()
 
@@ -645,6 +649,16 @@ class _Schema(strawberry.Schema):
                 return ExecutionResult(data=result.data, errors=result.errors)
         return super().execute_sync(query, variable_values, context_value, root_value, operation_name,
                                     allowed_operation_types, operation_extensions)
+
+    def run_planned(self, query: str, variable_values, context_value, operation_name):
+        """`(data, errors)` of `execute_sync(query, variable_values, context_value, operation_name=...)` when
+        the document has a plan and its variables coerce (it then names exactly one query or mutation); None
+        otherwise, and nothing has run. For a caller that takes each document's answer this way first
+        (api/documents.py `GraphQLDocuments`, a program's graphql())."""
+        prepared = _prepared(self._schema, query, operation_name) if query else None
+        if prepared is None or prepared[1] is None:
+            return None
+        return plans.run(self._schema, prepared[1], context_value, variable_values, optimized_is_awaitable)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -272,6 +272,15 @@ _ARGUMENT_TYPES: dict[str, tuple[tuple[type, ...] | None, ...]] = {
 
 
 def _call_arguments(function: str, message: Message) -> list | None:
+    if function == "graphql":
+        arguments = _plain_graphql_arguments(message.payload)
+        if arguments is not None:
+            return arguments
+    return _checked_arguments(function, message)
+
+
+def _checked_arguments(function: str, message: Message) -> list | None:
+    """The call's arguments, decoded exactly and checked against `_ARGUMENT_TYPES`; None when malformed."""
     expected = _ARGUMENT_TYPES.get(function)
     try:
         arguments = message.value()
@@ -282,6 +291,36 @@ def _call_arguments(function: str, message: Message) -> list | None:
     if not all(types is None or isinstance(argument, types) for argument, types in zip(arguments, expected)):
         return None
     return arguments
+
+
+def _plain_graphql_arguments(payload: bytes | None) -> list | None:
+    """A graphql() call's arguments as `_call_arguments` checks them, when orjson reads them as a document,
+    variables that are None or a dict of strings, integers, booleans and None (what a program's variables
+    usually are), an operation name or None, and a bool: then no float can be anywhere, so orjson's value is
+    `decode_payload`'s, and its types are the ones `_ARGUMENT_TYPES` accepts. None: the general path decides
+    (and reads the payload again), for anything else."""
+    if payload is None:
+        return None
+    try:
+        arguments = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    if type(arguments) is not list or len(arguments) != 4:
+        return None
+    document, variables, operation_name, check = arguments
+    if type(document) is not str or type(check) is not bool or (
+            operation_name is not None and type(operation_name) is not str):
+        return None
+    if variables is not None:
+        if type(variables) is not dict:
+            return None
+        for value in variables.values():
+            if type(value) not in _FLAT_VALUES:
+                return None
+    return arguments
+
+
+_FLAT_VALUES = frozenset({str, int, bool, type(None)})  # values that hold no float
 
 
 def _dispatch(host: Host, function: str, arguments: list) -> Any:
