@@ -26,7 +26,7 @@ from ..policy.statements import parse_policies
 from ..scope import Scope
 from ..values import same_json
 from . import natives
-from .registry import HEADER_COLUMNS, reference_lookup
+from .registry import reference_lookup
 from .validation import DefinitionInvalid, Problems, check_name, check_references
 
 log = logging.getLogger("ledger.mcp_servers")
@@ -159,14 +159,17 @@ _UNREAD = object()
 # canonical text or whose actionVersion is neither absent, null nor a plain integer is not read here (no
 # cast can fail in this statement); the listing reads it as before (`server_and_tools_of_row`).
 _SERVER_COLUMNS = tuple(column.strip() for column in _COLUMNS.split(","))
-_TOOL_COLUMNS = (*HEADER_COLUMNS, "v_version", "v_definition", "v_enabled", "v_created_at", "ref_version")
+# Of an action's header, the columns its record is made of (`registry._record`; the tenant's is the
+# server's, which the join requires): each column more is one more array for psycopg to parse a call.
+_TOOL_HEADER_COLUMNS = ("id", "status", "pending", "latest_version")
+_TOOL_COLUMNS = (*_TOOL_HEADER_COLUMNS, "v_version", "v_definition", "v_enabled", "v_created_at", "ref_version")
 _TOOL_ALIASES = tuple(f"tool_{column}" for column in _TOOL_COLUMNS)
 _SERVER_AND_TOOLS_BY_NAME = (
     "SELECT " + ", ".join(f"s.{column}" for column in _SERVER_COLUMNS) + ", "
     + ", ".join(f"tools.{column} AS {alias}" for column, alias in zip(_TOOL_COLUMNS, _TOOL_ALIASES))
     + " FROM mcp_servers s LEFT JOIN LATERAL (SELECT "
     + ", ".join(f"array_agg(r.{column} ORDER BY r.position) AS {column}" for column in _TOOL_COLUMNS)
-    + f" FROM (SELECT t.position, t.ref_version, {', '.join(f'a.{c}' for c in HEADER_COLUMNS)},"
+    + f" FROM (SELECT t.position, t.ref_version, {', '.join(f'a.{c}' for c in _TOOL_HEADER_COLUMNS)},"
     " v.version AS v_version, v.definition AS v_definition, v.enabled AS v_enabled, v.created_at AS v_created_at"
     " FROM (SELECT e.position, jsonb_typeof(e.ref -> 'actionVersion') AS version_type,"
     " CASE WHEN e.ref ->> 'actionId' ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'"
@@ -189,18 +192,20 @@ def server_and_tools_by_name_query(tenant_id: uuid.UUID, name: str) -> tuple[str
 
 
 def server_and_tools_of_row(row: Any) -> tuple[dict | None, dict[tuple[uuid.UUID, int | None], dict]]:
-    """The server's row as load_server_by_name reads it (None when there is none), and the rows
-    `load_action(action_id, version)` would read in the same transaction (`action_of_row` makes one the
-    record), by (action_id, the version as the reference names it: an int or None); a reference not among
-    them is read as before."""
+    """The server's row as load_server_by_name reads it (None when there is none), and of each row that
+    `load_action(action_id, version)` would read in the same transaction, the columns `action_of_row` makes
+    the same record of, by (action_id, the version as the reference names it: an int or None); a reference
+    not among them is read as before."""
     if row is None:
         return None, {}
     server = {column: row[column] for column in _SERVER_COLUMNS}
     if row["tool_id"] is None:
         return server, {}
     rows: dict[tuple[uuid.UUID, int | None], dict] = {}
+    tenant_id = row["tenant_id"]
     for values in zip(*(row[alias] for alias in _TOOL_ALIASES)):
         found = dict(zip(_TOOL_COLUMNS, values))
+        found["tenant_id"] = tenant_id
         version = found.pop("ref_version")
         rows[(found["id"], version)] = found
     return server, rows
