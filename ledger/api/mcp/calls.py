@@ -32,12 +32,11 @@ from ...policy.principal import Principal
 from ...queue.triggers import TRIGGERS_VERSION_COLUMN, remember_version
 from ...scope import Scope
 from ...services import Services
-from ...values import uuid_of_int
 from ...db.retry import retry_lost_races
 from ..requests import HeldTransaction
 from .natives import native_body, proposal_body
 from .tools import (EXECUTION_ID, PREVIEW, SESSION_ID, ListedTool, Preloaded, describe, failed, iter_listed_tools,
-                    listed_tools, succeeded)
+                    listed_tools, succeeded, uuid_of_text)
 
 EVENT_TYPE = "mcp.tools_call"
 # A JSON-RPC error of the implementation-defined range: the ledger could not answer for now.
@@ -219,24 +218,10 @@ def _uuid_meta(meta: dict, key: str) -> uuid.UUID | None:
     try:
         if not isinstance(value, str):
             raise ValueError
-        return _uuid_of_text(value)
+        return uuid_of_text(value)
     except ValueError:
         raise LedgerError(f"_meta[{key!r}] is not a UUID: {value!r}", code="bad_request",
                           hint=f"send _meta[{key!r}] as a UUID string, or leave it out") from None
-
-
-def _uuid_of_text(text: str) -> uuid.UUID:
-    """`uuid.UUID(text)`, without its steps for text with no colon and no brace: `UUID.__init__` then strips
-    nothing but the hyphens and reads the 32 characters left with `int(…, 16)`, as here. Anything else, and
-    text `int` refuses, goes to `uuid.UUID` itself (its error included)."""
-    if ":" not in text and "{" not in text and "}" not in text:
-        digits = text.replace("-", "")
-        if len(digits) == 32:
-            try:
-                return uuid_of_int(int(digits, 16))  # 32 hex digits: 128 bits
-            except ValueError:
-                pass
-    return uuid.UUID(text)
 
 
 def _retryable_error(exc: Retryable) -> MCPError:

@@ -194,7 +194,7 @@ class SingleExchange:
                 raise MCPError.from_error_data(result)
             # Shaped for the wire inside the middleware chain, as the SDK's kernel does.
             if ctx.method == "tools/call" and version == SHAPED_VERSION and not self.server.cache_hints:
-                shaped = shaped_tool_result(result, self._server_info)
+                shaped = shaped_tool_result(result, self._server_info, info_of_strings=self._flat_stamp is not None)
                 if shaped is not None:
                     if not shaped[1]:
                         float_free.append(shaped[0])
@@ -277,13 +277,15 @@ def _single_exchange(scope: AsgiScope, headers: _Headers) -> bool:
     return scope.get("method") == "POST" and version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
 
 
-def shaped_tool_result(result: Any, server_info: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool] | None:
+def shaped_tool_result(result: Any, server_info: Callable[[], dict[str, Any]], *,
+                       info_of_strings: bool = False) -> tuple[dict[str, Any], bool] | None:
     """`ServerRunner._serialize("tools/call", "2026-07-28", result)` for a `CallToolResult` as the ledger builds
     one (text blocks, JSON values, a `_meta` dict), built directly, and whether it holds a float: the SDK
     dumps the model, validates the dump against the revision's surface, dumps that again (dropping `_meta`'s
     null members) and stamps a copy of the serverInfo. None for any other result, which takes `_serialize`:
     a value JSON mode would rewrite (a non-finite float, a tuple, a non-string key), a block other than plain
-    text, a `_meta` of another kind or one that names serverInfo itself."""
+    text, a `_meta` of another kind or one that names serverInfo itself. `info_of_strings`: every value of
+    the serverInfo is a string (a flat stamp), so it needs no look for a float or a non-JSON value."""
     if type(result) is not types.CallToolResult or result.result_type != "complete" or \
             type(result.is_error) is not bool:
         return None
@@ -305,7 +307,7 @@ def shaped_tool_result(result: Any, server_info: Callable[[], dict[str, Any]]) -
             if value is not None:
                 shown[key] = value
     info = server_info()
-    holds_float = floats_in_json([structured, shown, info])
+    holds_float = floats_in_json([structured, shown] if info_of_strings else [structured, shown, info])
     if holds_float is None:
         return None
     shaped: dict[str, Any] = {}
