@@ -17,10 +17,12 @@ from psycopg.rows import dict_row
 from mcp_helpers import EVERYTHING, create_server, reference
 from mcp_helpers import examples, settings  # noqa: F401  (fixtures)
 
+from ledger.actions import mcp_servers
 from ledger.actions.mcp_servers import McpServer, server_and_tools_by_name_query, server_and_tools_of_row, server_layer
 from ledger.actions.registry import action_of_row, action_statement
 from ledger.api.mcp import telemetry
-from ledger.api.mcp.calls import Caller, McpCalls, _uuid_of_text
+from ledger.api.mcp.calls import Caller, McpCalls
+from ledger.api.mcp.tools import uuid_of_text
 from ledger.policy.chain import Chain, Layer
 from ledger.policy.principal import Principal
 
@@ -28,8 +30,9 @@ UUID_TEXTS = [
     "6f1c1d64-7d1e-4d7f-9b1c-1d2a3b4c5d6e", "6F1C1D64-7D1E-4D7F-9B1C-1D2A3B4C5D6E", "6f1c1d647d1e4d7f9b1c1d2a3b4c5d6e",
     "6f1c-1d64-7d1e-4d7f-9b1c-1d2a-3b4c-5d6e", "{6f1c1d64-7d1e-4d7f-9b1c-1d2a3b4c5d6e}",
     "urn:uuid:6f1c1d64-7d1e-4d7f-9b1c-1d2a3b4c5d6e", "uuid:6f1c1d64-7d1e-4d7f-9b1c-1d2a3b4c5d6e",
-    "+f1c1d64-7d1e-4d7f-9b1c-1d2a3b4c5d6e", " f1c1d64-7d1e-4d7f-9b1c-1d2a3b4c5d6e", "0x1c1d64-7d1e-4d7f-9b1c-1d2a3b4c5d6e",
-    "6f1c_d64-7d1e-4d7f-9b1c-1d2a3b4c5d6e", "00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff",
+    "+f1c1d64-7d1e-4d7f-9b1c-1d2a3b4c5d6e", " f1c1d64-7d1e-4d7f-9b1c-1d2a3b4c5d6e",
+    "0x1c1d64-7d1e-4d7f-9b1c-1d2a3b4c5d6e", "6f1c_d64-7d1e-4d7f-9b1c-1d2a3b4c5d6e",
+    "00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff",
     "6f1c1d64-7d1e-4d7f-9b1c-1d2a3b4c5d6", "6f1c1d64-7d1e-4d7f-9b1c-1d2a3b4c5d6eff", "g" * 32, "-" + "f" * 31,
     "", "not a uuid", "٦" * 32,
 ]
@@ -44,9 +47,9 @@ def _general(text: str) -> tuple[str, object]:
 
 
 @pytest.mark.parametrize("text", UUID_TEXTS)
-def test_an_execution_id_text_reads_as_uuid_reads_it(text):
+def test_a_uuid_text_of_an_execution_id_or_a_reference_reads_as_uuid_reads_it(text):
     try:
-        made = _uuid_of_text(text)
+        made = uuid_of_text(text)
     except ValueError as exc:
         assert _general(text) == ("error", str(exc))
     else:
@@ -85,13 +88,15 @@ def test_a_metric_child_without_prometheus_clients_state_is_counted_and_observed
     assert seen == ["inc", 0.5]
 
 
-def test_the_actions_read_ahead_make_the_records_load_action_reads(examples, db_url):
+def test_the_server_and_its_actions_read_ahead_are_the_row_and_the_records_read_alone(examples, db_url):
     create_server(examples, "desk", [reference("get_account_activity"), reference("transfer", version=1)],
-                  EVERYTHING)
+                  EVERYTHING, instructions="Zoë ✓ 𝄞 \u2028")
     with psycopg.connect(db_url, row_factory=dict_row) as conn:  # as the owner: the same rows in one snapshot
         tenant_id = conn.execute("SELECT tenant_id FROM mcp_servers WHERE name = 'desk'").fetchone()["tenant_id"]
         row = conn.execute(*server_and_tools_by_name_query(tenant_id, "desk")).fetchone()
-        _, preloaded = server_and_tools_of_row(row)
+        server, preloaded = server_and_tools_of_row(row)
+        alone = conn.execute(mcp_servers._BY_NAME, (tenant_id, "desk")).fetchone()
+        assert list(server.items()) == list(alone.items())  # the JSON columns' values, and the keys' order
         assert len(preloaded) == 2
         scope = SimpleNamespace(tenant_id=tenant_id)
         for (action_id, version), found in preloaded.items():

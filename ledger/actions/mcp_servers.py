@@ -10,6 +10,7 @@ name is free again.
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import uuid
 from dataclasses import dataclass
@@ -164,14 +165,19 @@ _SERVER_COLUMNS = tuple(column.strip() for column in _COLUMNS.split(","))
 _TOOL_HEADER_COLUMNS = ("id", "status", "pending", "latest_version")
 _TOOL_COLUMNS = (*_TOOL_HEADER_COLUMNS, "v_version", "v_definition", "v_enabled", "v_created_at", "ref_version")
 _TOOL_ALIASES = tuple(f"tool_{column}" for column in _TOOL_COLUMNS)
+# The server's jsonb columns and the versions' definitions come as their text, which `json.loads` reads as
+# psycopg's jsonb loader reads their bytes (PostgreSQL writes a jsonb as UTF-8 text without a BOM or a NUL,
+# so the bytes' encoding is found to be UTF-8), without the loader's steps for each value.
+_JSON_TEXT_COLUMNS = ("tools", "policies")
 _SERVER_AND_TOOLS_BY_NAME = (
-    "SELECT " + ", ".join(f"s.{column}" for column in _SERVER_COLUMNS) + ", "
+    "SELECT " + ", ".join(f"s.{column}::text AS {column}" if column in _JSON_TEXT_COLUMNS else f"s.{column}"
+                          for column in _SERVER_COLUMNS) + ", "
     + ", ".join(f"tools.{column} AS {alias}" for column, alias in zip(_TOOL_COLUMNS, _TOOL_ALIASES))
     + " FROM mcp_servers s LEFT JOIN LATERAL (SELECT "
     + ", ".join(f"array_agg(r.{column} ORDER BY r.position) AS {column}" for column in _TOOL_COLUMNS)
     + f" FROM (SELECT t.position, t.ref_version, {', '.join(f'a.{c}' for c in _TOOL_HEADER_COLUMNS)},"
-    " v.version AS v_version, v.definition AS v_definition, v.enabled AS v_enabled, v.created_at AS v_created_at"
-    " FROM (SELECT e.position, jsonb_typeof(e.ref -> 'actionVersion') AS version_type,"
+    " v.version AS v_version, v.definition::text AS v_definition, v.enabled AS v_enabled,"
+    " v.created_at AS v_created_at FROM (SELECT e.position, jsonb_typeof(e.ref -> 'actionVersion') AS version_type,"
     " CASE WHEN e.ref ->> 'actionId' ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'"
     " THEN (e.ref ->> 'actionId')::uuid END AS action_id,"
     " CASE WHEN jsonb_typeof(e.ref -> 'actionVersion') = 'number' AND e.ref ->> 'actionVersion' ~ '^[0-9]{1,9}$'"
@@ -199,6 +205,8 @@ def server_and_tools_of_row(row: Any) -> tuple[dict | None, dict[tuple[uuid.UUID
     if row is None:
         return None, {}
     server = {column: row[column] for column in _SERVER_COLUMNS}
+    for column in _JSON_TEXT_COLUMNS:
+        server[column] = _json_of_text(server[column])
     if row["tool_id"] is None:
         return server, {}
     rows: dict[tuple[uuid.UUID, int | None], dict] = {}
@@ -206,9 +214,14 @@ def server_and_tools_of_row(row: Any) -> tuple[dict | None, dict[tuple[uuid.UUID
     for values in zip(*(row[alias] for alias in _TOOL_ALIASES)):
         found = dict(zip(_TOOL_COLUMNS, values))
         found["tenant_id"] = tenant_id
+        found["v_definition"] = _json_of_text(found["v_definition"])
         version = found.pop("ref_version")
         rows[(found["id"], version)] = found
     return server, rows
+
+
+def _json_of_text(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
 
 
 def load_server_by_name(scope: Scope, name: str, *, row: Any = _UNREAD) -> McpServer | None:
