@@ -5,6 +5,7 @@ must give what the general step gives, and fall back to it where its shortcut do
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import replace
 from types import SimpleNamespace
@@ -114,3 +115,36 @@ def test_a_calls_listing_scope_is_its_scope_with_the_servers_layer_added(service
     listing = calls._scope(None, caller, 7, Chain((client, server_layer(server))), dry_run=True, request_state=state)
     assert listing == replace(scope, chain=scope.chain.extended(server_layer(server)))
     assert listing.request_state is scope.request_state
+
+
+BODIES = [
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"n":5}}}',
+    b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call"}', b'{"a":1.5,"b":-0.0,"c":1e300,"d":0.1}',
+    b'{"a":18446744073709551616123}', b'{"a":-9223372036854775809}', b'{"a":9223372036854775807}', b'{"a":-0}',
+    b'{"a":1E5}', b'{"a":1e-400}', b'{"a":"\\u00e9\\/"}', '{"a":"Zoë ✓ 𝄞 \u2028"}'.encode(), b'{"a":1,"a":2}',
+    b'{"a":NaN}', b'{"a":"\\ud800"}', b'\xef\xbb\xbf{"a":1}', b'[' * 2000 + b']' * 2000, b'{"a":', b'', b'"text"',
+    b'[1,2.0,true,false,null,{}]', '{"a":"\x7f"}'.encode(),
+]
+
+
+def _read(read, body: bytes) -> tuple[str, object]:
+    try:
+        value = read(body)
+    except (ValueError, RecursionError) as exc:
+        return "error", type(exc).__name__
+    return "value", (repr(value), value == value)  # repr: a float's type and digits, an int's exactness
+
+
+@pytest.mark.parametrize("body", BODIES)
+def test_a_request_body_reads_as_load_json_reads_it(body):
+    from ledger.api.json_codec import load_json
+    from ledger.api.mcp.exchange import read_body_json
+
+    assert _read(read_body_json, body) == _read(load_json, body)
+
+
+def test_a_compact_body_is_read_by_orjson_alone(monkeypatch):
+    from ledger.api.mcp import exchange
+
+    monkeypatch.setattr(exchange, "load_json", lambda body: pytest.fail("read by load_json"))
+    assert exchange.read_body_json(BODIES[0]) == json.loads(BODIES[0])

@@ -138,7 +138,7 @@ class SingleExchange:
         try:
             # What `json.loads` (the SDK's read) reads too, the same; a body it reads otherwise, or not at
             # all, is refused here (and the SDK's transport reads it in its own way).
-            decoded = load_json(body)
+            decoded = read_body_json(body)
         except (ValueError, RecursionError):
             return None
         if not isinstance(decoded, dict) or "id" not in decoded or decoded.get("method") not in METHODS:
@@ -218,6 +218,23 @@ class SingleExchange:
         await _send(200, _response_body(envelope.id, result, float_free=written_alike), send)
 
 
+def read_body_json(body: bytes) -> Any:
+    """`load_json(body)`: orjson's value at once when orjson writes it back as the very bytes it read, as an
+    SDK client sends its compact body. Each token is then orjson's own text of its value, which the
+    standard library reads to the same value (an integer exactly, a float as its shortest text, a string
+    without escapes, an object without a repeated key, in order): no walk of the value for a float is
+    needed to tell that orjson read no number inexactly. Any other body takes `load_json`."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return load_json(body)
+    try:
+        written = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return load_json(body)
+    return value if written == body else load_json(body)
+
+
 class _ParsedRequest:
     """`request.headers` as the SDK's transport security and Accept checks read it, on parsed headers."""
 
@@ -254,11 +271,11 @@ class _Headers(Mapping[str, str]):
         return cls(first)
 
     def get(self, name: str, default: Any = None) -> Any:
-        value = self._first.get(name.lower().encode("latin-1"))
+        value = self._first.get(_NAMES.get(name) or _name_bytes(name))
         return default if value is None else value.decode("latin-1")
 
     def __getitem__(self, name: str) -> str:
-        value = self._first.get(name.lower().encode("latin-1"))
+        value = self._first.get(_NAMES.get(name) or _name_bytes(name))
         if value is None:
             raise KeyError(name)
         return value.decode("latin-1")
@@ -268,6 +285,19 @@ class _Headers(Mapping[str, str]):
 
     def __len__(self) -> int:
         return len(self._first)
+
+
+# A header name as the scope's list holds it (lower case, latin-1), by the name a check reads: the checks read
+# a handful of fixed names, so each is lowered and encoded once.
+_NAMES: dict[str, bytes] = {}
+_NAMES_KEPT = 64
+
+
+def _name_bytes(name: str) -> bytes:
+    encoded = name.lower().encode("latin-1")
+    if len(_NAMES) < _NAMES_KEPT:
+        _NAMES[name] = encoded
+    return encoded
 
 
 def _single_exchange(scope: AsgiScope, headers: _Headers) -> bool:
