@@ -220,8 +220,24 @@ def server_and_tools_of_row(row: Any) -> tuple[dict | None, dict[tuple[uuid.UUID
     return server, rows
 
 
+# The scanner `json.loads` runs (`JSONDecoder.raw_decode`'s `scan_once`), called on a text directly: a
+# jsonb's text has no whitespace around it, so `json.loads` would only add its checks for that and for
+# text after the value. A standard library without the attribute reads every text by `json.loads`.
+_SCAN_ONCE = getattr(json.JSONDecoder(), "scan_once", None)
+
+
 def _json_of_text(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    """`json.loads(text)` of a jsonb's text (None for SQL's null)."""
+    if text is None:
+        return None
+    if _SCAN_ONCE is not None and text and text[0] not in " \t\n\r":
+        try:
+            value, end = _SCAN_ONCE(text, 0)
+        except StopIteration:
+            return json.loads(text)  # not JSON: its own error
+        if end == len(text):
+            return value
+    return json.loads(text)
 
 
 def load_server_by_name(scope: Scope, name: str, *, row: Any = _UNREAD) -> McpServer | None:
