@@ -47,16 +47,21 @@ LEDGER_RESULTS = {
 }
 
 
+# The ledger's server stamps a serverInfo of strings only, which the route says (`info_of_strings`).
+@pytest.mark.parametrize("info_of_strings", [False, True])
 @pytest.mark.parametrize("result", LEDGER_RESULTS.values(), ids=LEDGER_RESULTS.keys())
-def test_a_ledger_tool_result_is_shaped_as_the_sdk_serializes_it(result):
-    shaped = shaped_tool_result(result, lambda: SERVER.server_info_stamp)
+def test_a_ledger_tool_result_is_shaped_as_the_sdk_serializes_it(result, info_of_strings):
+    assert all(type(value) is str for value in SERVER.server_info_stamp.values())
+    shaped = shaped_tool_result(result, lambda: SERVER.server_info_stamp, info_of_strings=info_of_strings)
     assert shaped is not None
     assert _wire(shaped[0]) == _wire(SHAPER._serialize("tools/call", SHAPED_VERSION, result))
 
 
+@pytest.mark.parametrize("info_of_strings", [False, True])
 @pytest.mark.parametrize("name", LEDGER_RESULTS)
-def test_a_shaped_result_says_whether_it_holds_a_float(name):
-    _, holds_float = shaped_tool_result(LEDGER_RESULTS[name], lambda: SERVER.server_info_stamp)
+def test_a_shaped_result_says_whether_it_holds_a_float(name, info_of_strings):
+    _, holds_float = shaped_tool_result(LEDGER_RESULTS[name], lambda: SERVER.server_info_stamp,
+                                        info_of_strings=info_of_strings)
     assert holds_float is (name == "nested nulls, lists, numbers")
 
 

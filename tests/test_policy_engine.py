@@ -292,6 +292,21 @@ def test_a_chain_allows_whatever_the_inputs_only_when_every_layer_allows_uncondi
     assert not plain.allows_whatever_the_inputs("TRUNCATE", ACCOUNT)
 
 
+def test_a_layers_kept_verdict_whatever_the_inputs_is_the_one_it_computes_afresh():
+    statements = [allow(), deny(["financial.Account.*"], actions=["UPDATE"]),
+                  allow(["financial.Transfer.*"], actions=["INSERT"], assertion="context.document.amount > 0")]
+    kept = layer("client", *statements)
+    questions = [(operation, resource) for operation in ("SELECT", "UPDATE", "INSERT", "TRUNCATE")
+                 for resource in (ACCOUNT, ACCOUNT_INDEX, "financial.Transfer.document")]
+    for _ in range(2):  # the second round answers from what the first kept
+        for operation, resource in questions:
+            fresh = layer("client", *statements)
+            assert kept.allows_whatever_the_inputs(operation, resource) == \
+                fresh.allows_whatever_the_inputs(operation, resource), (operation, resource)
+            assert Chain((kept, kept)).allows_whatever_the_inputs(operation, resource) == \
+                fresh.allows_whatever_the_inputs(operation, resource)
+
+
 def test_check_raises_permission_denied_naming_operation_resource_and_layer():
     chain = Chain((layer('client "admin" (8c1e)', allow(actions=["INSERT"])),))
     with pytest.raises(PermissionDenied) as raised:

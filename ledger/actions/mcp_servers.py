@@ -10,6 +10,7 @@ name is free again.
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import uuid
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from ..policy.statements import parse_policies
 from ..scope import Scope
 from ..values import same_json
 from . import natives
-from .registry import HEADER_COLUMNS, reference_lookup
+from .registry import reference_lookup
 from .validation import DefinitionInvalid, Problems, check_name, check_references
 
 log = logging.getLogger("ledger.mcp_servers")
@@ -159,16 +160,24 @@ _UNREAD = object()
 # canonical text or whose actionVersion is neither absent, null nor a plain integer is not read here (no
 # cast can fail in this statement); the listing reads it as before (`server_and_tools_of_row`).
 _SERVER_COLUMNS = tuple(column.strip() for column in _COLUMNS.split(","))
-_TOOL_COLUMNS = (*HEADER_COLUMNS, "v_version", "v_definition", "v_enabled", "v_created_at", "ref_version")
+# Of an action's header, the columns its record is made of (`registry._record`; the tenant's is the
+# server's, which the join requires): each column more is one more array for psycopg to parse a call.
+_TOOL_HEADER_COLUMNS = ("id", "status", "pending", "latest_version")
+_TOOL_COLUMNS = (*_TOOL_HEADER_COLUMNS, "v_version", "v_definition", "v_enabled", "v_created_at", "ref_version")
 _TOOL_ALIASES = tuple(f"tool_{column}" for column in _TOOL_COLUMNS)
+# The server's jsonb columns and the versions' definitions come as their text, which `json.loads` reads as
+# psycopg's jsonb loader reads their bytes (PostgreSQL writes a jsonb as UTF-8 text without a BOM or a NUL,
+# so the bytes' encoding is found to be UTF-8), without the loader's steps for each value.
+_JSON_TEXT_COLUMNS = ("tools", "policies")
 _SERVER_AND_TOOLS_BY_NAME = (
-    "SELECT " + ", ".join(f"s.{column}" for column in _SERVER_COLUMNS) + ", "
+    "SELECT " + ", ".join(f"s.{column}::text AS {column}" if column in _JSON_TEXT_COLUMNS else f"s.{column}"
+                          for column in _SERVER_COLUMNS) + ", "
     + ", ".join(f"tools.{column} AS {alias}" for column, alias in zip(_TOOL_COLUMNS, _TOOL_ALIASES))
     + " FROM mcp_servers s LEFT JOIN LATERAL (SELECT "
     + ", ".join(f"array_agg(r.{column} ORDER BY r.position) AS {column}" for column in _TOOL_COLUMNS)
-    + f" FROM (SELECT t.position, t.ref_version, {', '.join(f'a.{c}' for c in HEADER_COLUMNS)},"
-    " v.version AS v_version, v.definition AS v_definition, v.enabled AS v_enabled, v.created_at AS v_created_at"
-    " FROM (SELECT e.position, jsonb_typeof(e.ref -> 'actionVersion') AS version_type,"
+    + f" FROM (SELECT t.position, t.ref_version, {', '.join(f'a.{c}' for c in _TOOL_HEADER_COLUMNS)},"
+    " v.version AS v_version, v.definition::text AS v_definition, v.enabled AS v_enabled,"
+    " v.created_at AS v_created_at FROM (SELECT e.position, jsonb_typeof(e.ref -> 'actionVersion') AS version_type,"
     " CASE WHEN e.ref ->> 'actionId' ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'"
     " THEN (e.ref ->> 'actionId')::uuid END AS action_id,"
     " CASE WHEN jsonb_typeof(e.ref -> 'actionVersion') = 'number' AND e.ref ->> 'actionVersion' ~ '^[0-9]{1,9}$'"
@@ -189,21 +198,46 @@ def server_and_tools_by_name_query(tenant_id: uuid.UUID, name: str) -> tuple[str
 
 
 def server_and_tools_of_row(row: Any) -> tuple[dict | None, dict[tuple[uuid.UUID, int | None], dict]]:
-    """The server's row as load_server_by_name reads it (None when there is none), and the rows
-    `load_action(action_id, version)` would read in the same transaction (`action_of_row` makes one the
-    record), by (action_id, the version as the reference names it: an int or None); a reference not among
-    them is read as before."""
+    """The server's row as load_server_by_name reads it (None when there is none), and of each row that
+    `load_action(action_id, version)` would read in the same transaction, the columns `action_of_row` makes
+    the same record of, by (action_id, the version as the reference names it: an int or None); a reference
+    not among them is read as before."""
     if row is None:
         return None, {}
     server = {column: row[column] for column in _SERVER_COLUMNS}
+    for column in _JSON_TEXT_COLUMNS:
+        server[column] = _json_of_text(server[column])
     if row["tool_id"] is None:
         return server, {}
     rows: dict[tuple[uuid.UUID, int | None], dict] = {}
+    tenant_id = row["tenant_id"]
     for values in zip(*(row[alias] for alias in _TOOL_ALIASES)):
         found = dict(zip(_TOOL_COLUMNS, values))
+        found["tenant_id"] = tenant_id
+        found["v_definition"] = _json_of_text(found["v_definition"])
         version = found.pop("ref_version")
         rows[(found["id"], version)] = found
     return server, rows
+
+
+# The scanner `json.loads` runs (`JSONDecoder.raw_decode`'s `scan_once`), called on a text directly: a
+# jsonb's text has no whitespace around it, so `json.loads` would only add its checks for that and for
+# text after the value. A standard library without the attribute reads every text by `json.loads`.
+_SCAN_ONCE = getattr(json.JSONDecoder(), "scan_once", None)
+
+
+def _json_of_text(text: str | None) -> Any:
+    """`json.loads(text)` of a jsonb's text (None for SQL's null)."""
+    if text is None:
+        return None
+    if _SCAN_ONCE is not None and text and text[0] not in " \t\n\r":
+        try:
+            value, end = _SCAN_ONCE(text, 0)
+        except StopIteration:
+            return json.loads(text)  # not JSON: its own error
+        if end == len(text):
+            return value
+    return json.loads(text)
 
 
 def load_server_by_name(scope: Scope, name: str, *, row: Any = _UNREAD) -> McpServer | None:

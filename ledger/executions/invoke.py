@@ -42,11 +42,14 @@ def with_fixed_input(supplied: Any, fixed: Any, event_type: str) -> Any:
 def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, version: int | None, input: Any,
                   session_id: uuid.UUID | None, *, layer: Layer | None = None, event_type: str = "action.invoked",
                   mcp_server_id: uuid.UUID | None = None, body: CallBody | None = None,
-                  output_schema: dict | None = None, loaded: dict | None = None) -> dict:
+                  output_schema: dict | None = None, loaded: dict | None = None,
+                  layered_scope: Scope | None = None) -> dict:
     """`layer`: one more layer between the caller's and the tools' (an MCP server's). It narrows the
     action's SELECT and INVOKE and everything the call does; the caller's own records of the call
     (the execution, the session) stay the caller's to authorize, so a server that allows no writes
-    still lets its read tools be called and recorded.
+    still lets its read tools be called and recorded. `layered_scope`: `scope` with its chain extended
+    by `layer`, when the caller has built that scope already (an MCP call lists its tools under it):
+    `dataclasses.replace` walks every field of a Scope again.
 
     `body`: what a native acting for the server's caller (`invoke`, `program`, ...) does; only such
     a call may run one of those natives. `output_schema`: what the body's output is checked against
@@ -71,7 +74,8 @@ def invoke_action(scope: Scope, action_id: uuid.UUID, execution_id: uuid.UUID, v
         earlier = next((p for p in tree.pending if p.execution_id == execution_id), None)
         if earlier is not None:
             return _repeat_within_tree(scope, earlier, action_id, version, input)
-    call_scope = scope if layer is None else replace(scope, chain=scope.chain.extended(layer))
+    call_scope = scope if layer is None else (
+        layered_scope if layered_scope is not None else replace(scope, chain=scope.chain.extended(layer)))
     record = admission.invocable_record(call_scope, action_id, version, acting_for_caller=body is not None,
                                         loaded=loaded)
     if output_schema is not None:

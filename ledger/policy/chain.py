@@ -143,6 +143,9 @@ class Layer:
     # Decisions that evaluated an assertion, by their inputs: a CEL evaluation is deterministic, and a
     # request (a listing, a tree of reads) asks the same question of one layer again and again.
     _decided: dict[tuple, str | None] = field(init=False, repr=False, compare=False, default_factory=dict)
+    # `allows_whatever_the_inputs` by operation and resource: a function of the statements alone, asked of
+    # every layer of the chain before every check.
+    _whatever: dict[tuple[str, str], bool] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "statements", tuple(self.statements))
@@ -164,7 +167,14 @@ class Layer:
     def allows_whatever_the_inputs(self, operation: str, resource: str) -> bool:
         """Whether this layer allows `operation` on `resource` for any document, principal and action: it
         allows everything, or an unconditional ALLOW matches and no DENY could (`denial_reason` is None)."""
-        return self.allow_all or _unconditional(self._plan_for(operation, resource))
+        key = (operation, resource)
+        verdict = self._whatever.get(key)
+        if verdict is None:
+            verdict = self.allow_all or _unconditional(self._plan_for(operation, resource))
+            if len(self._whatever) >= _PLAN_CACHE_LIMIT:
+                self._whatever.clear()
+            self._whatever[key] = verdict
+        return verdict
 
     def denial_reason(self, operation: str, resource: str, decision: _DecisionInput) -> str | None:
         """Why this layer denies, or None when it allows."""
@@ -242,8 +252,12 @@ class Chain:
     def allows_whatever_the_inputs(self, operation: str, resource: str) -> bool:
         """Whether `decide` allows `operation` on `resource` whatever the document, principal and action
         (every layer allows it unconditionally): a caller may then skip building those inputs."""
-        return (operation in OPERATIONS and bool(self.layers)
-                and all(layer.allows_whatever_the_inputs(operation, resource) for layer in self.layers))
+        if operation not in OPERATIONS or not self.layers:
+            return False
+        for layer in self.layers:  # a loop, not all() over a generator: this runs before every check
+            if not layer.allows_whatever_the_inputs(operation, resource):
+                return False
+        return True
 
     def decide(
         self,

@@ -36,7 +36,7 @@ from ...db.retry import retry_lost_races
 from ..requests import HeldTransaction
 from .natives import native_body, proposal_body
 from .tools import (EXECUTION_ID, PREVIEW, SESSION_ID, ListedTool, Preloaded, describe, failed, iter_listed_tools,
-                    listed_tools, succeeded)
+                    listed_tools, succeeded, uuid_of_text)
 
 EVENT_TYPE = "mcp.tools_call"
 # A JSON-RPC error of the implementation-defined range: the ledger could not answer for now.
@@ -56,9 +56,12 @@ class Caller:
     # The rows of the server's actions, read with the server's in `opened` (`server_and_tools_of_row`): valid in
     # that transaction only.
     tool_rows: Preloaded = field(default_factory=dict)
+    # The caller's layer as the route built it for the opening's scope (a pure function of the principal and
+    # its policies, which a retry reuses too): built once a request, not once a step.
+    layer: Layer | None = None
 
     def client_layer(self) -> Layer:
-        return client_layer(self.principal, self.policies)
+        return self.layer if self.layer is not None else client_layer(self.principal, self.policies)
 
 
 class _RollBack(Exception):
@@ -182,7 +185,7 @@ class McpCalls:
                                    else (native_body(tool, caller.server), None))
             record = invoke_action(scope, tool.record["action_id"], execution_id, tool.pinned_version, input,
                                    session_id, layer=server, event_type=EVENT_TYPE, mcp_server_id=caller.server.id,
-                                   body=body, output_schema=output_schema, loaded=tool.record)
+                                   body=body, output_schema=output_schema, loaded=tool.record, layered_scope=listing)
         except Retryable:
             raise
         except LedgerError as refused:
@@ -215,7 +218,7 @@ def _uuid_meta(meta: dict, key: str) -> uuid.UUID | None:
     try:
         if not isinstance(value, str):
             raise ValueError
-        return uuid.UUID(value)
+        return uuid_of_text(value)
     except ValueError:
         raise LedgerError(f"_meta[{key!r}] is not a UUID: {value!r}", code="bad_request",
                           hint=f"send _meta[{key!r}] as a UUID string, or leave it out") from None

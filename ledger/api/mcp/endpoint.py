@@ -234,7 +234,8 @@ class McpEndpoint:
         try:
             request = held.transaction
             server_row, tool_rows = server_and_tools_of_row(request.rows[0])
-            server = load_server_by_name(request.scope(), name, row=server_row)
+            opening = request.scope()
+            server = load_server_by_name(opening, name, row=server_row)
             if claims.mcp_server is not None and (server is None or server.id != claims.mcp_server):
                 # Before the 404: a confined token learns nothing about the tenant's other servers.
                 raise Unauthenticated(f"this token is confined to MCP server {claims.mcp_server}",
@@ -246,7 +247,8 @@ class McpEndpoint:
         except BaseException:
             held.discard()
             raise
-        return Caller(request.principal, request.policies, server, deadline, held, tool_rows=tool_rows)
+        return Caller(request.principal, request.policies, server, deadline, held, tool_rows=tool_rows,
+                      layer=opening.chain.layers[0])
 
     # ------------------------------------------------------------------ the handlers
 

@@ -138,7 +138,7 @@ class SingleExchange:
         try:
             # What `json.loads` (the SDK's read) reads too, the same; a body it reads otherwise, or not at
             # all, is refused here (and the SDK's transport reads it in its own way).
-            decoded = load_json(body)
+            decoded = read_body_json(body)
         except (ValueError, RecursionError):
             return None
         if not isinstance(decoded, dict) or "id" not in decoded or decoded.get("method") not in METHODS:
@@ -194,7 +194,7 @@ class SingleExchange:
                 raise MCPError.from_error_data(result)
             # Shaped for the wire inside the middleware chain, as the SDK's kernel does.
             if ctx.method == "tools/call" and version == SHAPED_VERSION and not self.server.cache_hints:
-                shaped = shaped_tool_result(result, self._server_info)
+                shaped = shaped_tool_result(result, self._server_info, info_of_strings=self._flat_stamp is not None)
                 if shaped is not None:
                     if not shaped[1]:
                         float_free.append(shaped[0])
@@ -216,6 +216,23 @@ class SingleExchange:
             await _send(ERROR_CODE_HTTP_STATUS.get(error.error.code, 200), _dumped(error), send)
             return
         await _send(200, _response_body(envelope.id, result, float_free=written_alike), send)
+
+
+def read_body_json(body: bytes) -> Any:
+    """`load_json(body)`: orjson's value at once when orjson writes it back as the very bytes it read, as an
+    SDK client sends its compact body. Each token is then orjson's own text of its value, which the
+    standard library reads to the same value (an integer exactly, a float as its shortest text, a string
+    without escapes, an object without a repeated key, in order): no walk of the value for a float is
+    needed to tell that orjson read no number inexactly. Any other body takes `load_json`."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return load_json(body)
+    try:
+        written = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return load_json(body)
+    return value if written == body else load_json(body)
 
 
 class _ParsedRequest:
@@ -254,11 +271,11 @@ class _Headers(Mapping[str, str]):
         return cls(first)
 
     def get(self, name: str, default: Any = None) -> Any:
-        value = self._first.get(name.lower().encode("latin-1"))
+        value = self._first.get(_NAMES.get(name) or _name_bytes(name))
         return default if value is None else value.decode("latin-1")
 
     def __getitem__(self, name: str) -> str:
-        value = self._first.get(name.lower().encode("latin-1"))
+        value = self._first.get(_NAMES.get(name) or _name_bytes(name))
         if value is None:
             raise KeyError(name)
         return value.decode("latin-1")
@@ -270,6 +287,19 @@ class _Headers(Mapping[str, str]):
         return len(self._first)
 
 
+# A header name as the scope's list holds it (lower case, latin-1), by the name a check reads: the checks read
+# a handful of fixed names, so each is lowered and encoded once.
+_NAMES: dict[str, bytes] = {}
+_NAMES_KEPT = 64
+
+
+def _name_bytes(name: str) -> bytes:
+    encoded = name.lower().encode("latin-1")
+    if len(_NAMES) < _NAMES_KEPT:
+        _NAMES[name] = encoded
+    return encoded
+
+
 def _single_exchange(scope: AsgiScope, headers: _Headers) -> bool:
     """Whether the SDK's session manager takes the request to its 2026-era single-exchange entry: a POST
     whose MCP-Protocol-Version header names no handshake-era revision (`StreamableHTTPSessionManager`)."""
@@ -277,13 +307,15 @@ def _single_exchange(scope: AsgiScope, headers: _Headers) -> bool:
     return scope.get("method") == "POST" and version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
 
 
-def shaped_tool_result(result: Any, server_info: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool] | None:
+def shaped_tool_result(result: Any, server_info: Callable[[], dict[str, Any]], *,
+                       info_of_strings: bool = False) -> tuple[dict[str, Any], bool] | None:
     """`ServerRunner._serialize("tools/call", "2026-07-28", result)` for a `CallToolResult` as the ledger builds
     one (text blocks, JSON values, a `_meta` dict), built directly, and whether it holds a float: the SDK
     dumps the model, validates the dump against the revision's surface, dumps that again (dropping `_meta`'s
     null members) and stamps a copy of the serverInfo. None for any other result, which takes `_serialize`:
     a value JSON mode would rewrite (a non-finite float, a tuple, a non-string key), a block other than plain
-    text, a `_meta` of another kind or one that names serverInfo itself."""
+    text, a `_meta` of another kind or one that names serverInfo itself. `info_of_strings`: every value of
+    the serverInfo is a string (a flat stamp), so it needs no look for a float or a non-JSON value."""
     if type(result) is not types.CallToolResult or result.result_type != "complete" or \
             type(result.is_error) is not bool:
         return None
@@ -305,7 +337,7 @@ def shaped_tool_result(result: Any, server_info: Callable[[], dict[str, Any]]) -
             if value is not None:
                 shown[key] = value
     info = server_info()
-    holds_float = floats_in_json([structured, shown, info])
+    holds_float = floats_in_json([structured, shown] if info_of_strings else [structured, shown, info])
     if holds_float is None:
         return None
     shaped: dict[str, Any] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from bisect import bisect_left
 from typing import Any
 
 from mcp.server import ServerRequestContext
@@ -50,6 +51,46 @@ def _child(metric: Any, *labels: str) -> Any:
     if child is None:
         child = _CHILDREN.setdefault(key, metric.labels(*labels))
     return child
+
+
+# A request's count and latency children, by its method and outcome: one lookup for both.
+_REQUEST_CHILDREN: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+
+def _request_children(method: str, outcome: str) -> tuple[Any, Any]:
+    key = (method, outcome)
+    children = _REQUEST_CHILDREN.get(key)
+    if children is None:
+        children = _REQUEST_CHILDREN.setdefault(key, (_child(REQUESTS, method, outcome),
+                                                      _child(REQUEST_SECONDS, method)))
+    return children
+
+
+def _count(counter: Any) -> None:
+    """`counter.inc()` of a labelled child, on its value (prometheus-client's `_value`, which its `inc` adds
+    to after checks that a child and an amount of 1 always pass); a client without it counts by `inc`."""
+    try:
+        value = counter._value
+    except AttributeError:
+        counter.inc()
+        return
+    value.inc(1)
+
+
+def _observe(histogram: Any, amount: float) -> None:
+    """`histogram.observe(amount)` of a labelled child, on its state (prometheus-client's `_upper_bounds`,
+    `_buckets` and `_sum`, as its own `observe` reads them), its bucket found by bisection rather than a
+    walk of the bounds; a client without that state observes by `observe`."""
+    try:
+        bounds, buckets, total = histogram._upper_bounds, histogram._buckets, histogram._sum
+    except AttributeError:
+        histogram.observe(amount)
+        return
+    total.inc(amount)
+    index = bisect_left(bounds, amount)
+    # observe counts an amount in the first bucket whose bound it does not exceed (NaN: in none).
+    if index < len(bounds) and amount <= bounds[index]:
+        buckets[index].inc(1)
 
 
 class Unobserved(Exception):
@@ -103,10 +144,11 @@ class Telemetry:
             if outcome is not None:
                 seconds = time.perf_counter() - started
                 size = json_size(result) if isinstance(result, dict) else None
-                _child(REQUESTS, method, outcome).inc()
-                _child(REQUEST_SECONDS, method).observe(seconds)
+                requests, latency = _request_children(method, outcome)
+                _count(requests)
+                _observe(latency, seconds)
                 if size is not None:
-                    _child(RESULT_BYTES, method).observe(size)
+                    _observe(_child(RESULT_BYTES, method), size)
                 # The caller as the handler's step resolved it (the route's, or the one the step opened).
                 _log_line(ctx, scope.get(CALLER_KEY), method, outcome, seconds, size, code, result)
 

@@ -24,6 +24,7 @@ from ...executions.engine import tool_layer
 from ...executions.planned import PLANNED_RESULT_SCHEMA
 from ...policy.chain import Layer
 from ...scope import Scope
+from ...values import uuid_of_int
 from .json_text import orjson_text
 
 log = logging.getLogger("ledger.mcp")
@@ -105,7 +106,7 @@ def iter_listed_tools(scope: Scope, server: Any, preloaded: Preloaded | None = N
 
 def _resolve(scope: Scope, server: Any, position: int, reference: dict, preloaded: Preloaded | None) -> dict | None:
     try:
-        action_id = uuid.UUID(str(reference.get("actionId")))
+        action_id = uuid_of_text(str(reference.get("actionId")))
     except ValueError:
         log.warning("MCP server %s: tools[%d] has no valid actionId; it is left out of the list", server.id,
                     position, extra={"mcpServerId": str(server.id)})
@@ -162,6 +163,20 @@ def _without_fixed(schema: dict, fixed: dict) -> dict:
         if not shown["required"]:
             del shown["required"]
     return shown
+
+
+def uuid_of_text(text: str) -> uuid.UUID:
+    """`uuid.UUID(text)`, without its steps for text with no colon and no brace: `UUID.__init__` then strips
+    nothing but the hyphens and reads the 32 characters left with `int(…, 16)`, as here. Anything else, and
+    text `int` refuses, goes to `uuid.UUID` itself (its error included)."""
+    if ":" not in text and "{" not in text and "}" not in text:
+        digits = text.replace("-", "")
+        if len(digits) == 32:
+            try:
+                return uuid_of_int(int(digits, 16))  # 32 hex digits: 128 bits
+            except ValueError:
+                pass
+    return uuid.UUID(text)
 
 
 # ---------------------------------------------------------------------------- results
