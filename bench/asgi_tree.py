@@ -6,7 +6,7 @@ Starts a throwaway cluster, the app in this process (queue worker off), creates 
 bench's reads tool (`bench.fixtures.READS_SRC`) through POST /graphql, then invokes it `--repeat` times
 with `n = --reads` and prints, per read: the wall time, this process's CPU (every thread), the sandbox
 executors' CPU (from /proc) and the PostgreSQL backends' CPU, and the same reads' floor (primary-key
-SELECTs through psycopg on one connection, as in `bench.workloads.call_tree_floor`), each the median of
+SELECTs through psycopg on one connection, as the floor in `bench.workloads.call_tree`), each the median of
 the repeats; then the statements of one more tree by their PostgreSQL time per read (pg_stat_statements).
 `--profile FILE` keeps a cProfile of the request thread's top-level runs (cProfile slows
 what it measures: read it for shares, not for µs). `--callgrind`, under
