@@ -180,17 +180,27 @@ def _past_deadline(conn: psycopg.Connection) -> bool:
     return deadline is not None and time.monotonic() >= deadline
 
 
+def _use_prepared_name(conn: psycopg.Connection, key: tuple) -> bytes | None:
+    """The name psycopg prepared `key` under on `conn`, counted as a use in its LRU as a cursor's would be;
+    None when it is not prepared (yet) or psycopg has statements of its own to drop first. Call it holding
+    `conn.lock`."""
+    manager = conn._prepared
+    name = manager._names.get(key)
+    if name is None or manager._to_flush:
+        return None
+    manager._names.move_to_end(key)
+    return name
+
+
 def _run(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> object:
     tx = adapt.Transformer(conn)
     values = tx.dump_sequence(params, statement.formats)
     key = (statement.query, tx.types or ())
     pgconn = conn.pgconn
     with conn.lock:
-        manager = conn._prepared
-        name = manager._names.get(key)
-        if name is None or manager._to_flush:
-            return _NOT_PREPARED  # not prepared (yet), or psycopg has statements of its own to drop first
-        manager._names.move_to_end(key)  # a use, as a cursor's would count in psycopg's LRU
+        name = _use_prepared_name(conn, key)
+        if name is None:
+            return _NOT_PREPARED
         deferred = getattr(conn, "ledger_deferred", None)
         if deferred:
             conn.ledger_deferred = []  # sent once, whatever happens next, as the pool's cursor sends them
@@ -376,11 +386,9 @@ def commit_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction, sta
     key = (statement.query, tx.types or ())
     pgconn = conn.pgconn
     with conn.lock:
-        manager = conn._prepared
-        name = manager._names.get(key)
-        if name is None or manager._to_flush:
+        name = _use_prepared_name(conn, key)
+        if name is None:
             return _NOT_PREPARED
-        manager._names.move_to_end(key)  # a use, as a cursor's would count in psycopg's LRU
         deferred, conn.ledger_deferred = getattr(conn, "ledger_deferred", None) or [], []
         commands = [(d.command, d.values) for d in deferred]
         try:
