@@ -29,7 +29,7 @@ import uuid
 
 import psycopg
 
-from .env import Cluster, children, cpu_seconds
+from .env import Cluster, cpu_seconds, sandbox_pids
 from .fixtures import INVOKE
 from .inprocess import populated, post_graphql, run_with_app
 
@@ -89,11 +89,11 @@ async def _run(app, money: _Money, url: str, cluster: Cluster, calls: int, repea
     thread = _request_thread_clock()
     rows = {"process": [], "request thread": [], "sandbox": [], "PostgreSQL": [], "wall": []}
     for r in range(repeat):
-        sandbox_pids = children(os.getpid())
-        before = (time.perf_counter(), time.process_time(), thread[0], cpu_seconds(sandbox_pids), cluster.cpu())
+        executor_pids = sandbox_pids(cluster)
+        before = (time.perf_counter(), time.process_time(), thread[0], cpu_seconds(executor_pids), cluster.cpu())
         for _ in range(calls):
             await money.once(app)
-        after = (time.perf_counter(), time.process_time(), thread[0], cpu_seconds(sandbox_pids), cluster.cpu())
+        after = (time.perf_counter(), time.process_time(), thread[0], cpu_seconds(executor_pids), cluster.cpu())
         wall, process, request, sandbox, postgres = ((a - b) / calls * 1e6 for a, b in zip(after, before))
         for key, value in zip(rows, (process, request, sandbox, postgres, wall)):
             rows[key].append(value)

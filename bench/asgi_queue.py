@@ -27,7 +27,7 @@ import uuid
 
 import psycopg
 
-from .env import Cluster, children, cpu_seconds
+from .env import Cluster, cpu_seconds, sandbox_pids
 from .inprocess import populated
 
 WORKER_CONCURRENCY = 4  # as bench/run.py's `ledger worker` processes
@@ -120,13 +120,6 @@ class _SerialWorker:
         self.worker.stop()
 
 
-def _sandboxes(cluster: Cluster) -> list[int]:
-    """This process's children but the cluster's postmaster (it may be one, and its backends are counted
-    apart): the sandbox executors."""
-    postmaster = int((cluster.pg.data / "postmaster.pid").read_text().split()[0])
-    return [pid for pid in children(os.getpid()) if pid != postmaster]
-
-
 def _profiled_attempts(path: str):
     """run_attempt wrapped to profile each attempt's thread (thread_time) into one cProfile."""
     import cProfile
@@ -197,10 +190,10 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             rows = {"process": [], "sandbox": [], "PostgreSQL": [], "wall": []}
             for r in range(args.repeat):
-                sandbox_pids = _sandboxes(cluster)
-                before = (time.perf_counter(), time.process_time(), cpu_seconds(sandbox_pids), cluster.cpu())
+                executor_pids = sandbox_pids(cluster)
+                before = (time.perf_counter(), time.process_time(), cpu_seconds(executor_pids), cluster.cpu())
                 queue.round(args.jobs, serial=serial)
-                after = (time.perf_counter(), time.process_time(), cpu_seconds(sandbox_pids), cluster.cpu())
+                after = (time.perf_counter(), time.process_time(), cpu_seconds(executor_pids), cluster.cpu())
                 wall, process, sandbox, postgres = ((a - b) / args.jobs * 1e6 for a, b in zip(after, before))
                 for key, value in zip(rows, (process, sandbox, postgres, wall)):
                     rows[key].append(value)

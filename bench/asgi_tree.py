@@ -27,7 +27,7 @@ import uuid
 
 import psycopg
 
-from .env import Cluster, children, cpu_seconds
+from .env import Cluster, cpu_seconds, sandbox_pids
 from .fixtures import CREATE_TOOL, INVOKE, READS_SRC, prepare_database
 from .inprocess import post_graphql, run_with_app
 
@@ -92,11 +92,11 @@ async def _run(app, token: str, url: str, tenant_id, cluster: Cluster, reads: in
         return
     walls, cpus, sandboxes, postgres, floors = [], [], [], [], []
     for i in range(repeat + 1):
-        sandbox_pids = children(os.getpid())
-        before = (time.perf_counter(), time.process_time(), cpu_seconds(sandbox_pids), cluster.cpu())
+        executor_pids = sandbox_pids(cluster)
+        before = (time.perf_counter(), time.process_time(), cpu_seconds(executor_pids), cluster.cpu())
         out = await data(INVOKE, {"id": tool, "input": {"executionId": str(uuid.uuid4()),
                                                          "input": {"account_id": account, "n": reads}}})
-        after = (time.perf_counter(), time.process_time(), cpu_seconds(sandbox_pids), cluster.cpu())
+        after = (time.perf_counter(), time.process_time(), cpu_seconds(executor_pids), cluster.cpu())
         assert out["actions"]["invokeAction"]["status"] == "SUCCEEDED", out
         if i:  # the first warms the executor and the caches
             walls.append(after[0] - before[0])

@@ -152,6 +152,13 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def sandbox_pids(cluster: "Cluster") -> list[int]:
+    """This process's children but the cluster's postmaster (when this process started the cluster, the
+    postmaster is one, and its backends are counted apart): the sandbox executors of an in-process app."""
+    postmaster = int((cluster.pg.data / "postmaster.pid").read_text().split()[0])
+    return [pid for pid in children(os.getpid()) if pid != postmaster]
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU time of processes (and of their children still running, e.g. sandboxes)."""
     ticks = os.sysconf("SC_CLK_TCK")
