@@ -85,3 +85,12 @@ def test_a_deferred_statement_takes_text_parameters_only(services, api):
         with pytest.raises(TypeError):
             defer(conn, "SELECT %s, %s", ("one",))
         assert conn.ledger_deferred == []
+
+
+def test_a_deferred_statement_refuses_an_escaped_percent_each_time_it_is_deferred(services, api):
+    # The text's placeholders are counted once per text (kept), and the refusal must hold on every use.
+    with _transaction(services, api) as conn:
+        for _ in range(2):
+            with pytest.raises(TypeError):
+                defer(conn, "SELECT '100%%', %s", ("x",))
+        assert conn.ledger_deferred == []

@@ -44,12 +44,23 @@ class Deferred:
 
     def __init__(self, sql: str, params: Sequence[str] | None) -> None:
         values = tuple(params or ())
-        if any(not isinstance(value, str) for value in values) or "%%" in sql or sql.count("%s") != len(values):
+        if any(not isinstance(value, str) for value in values) or _placeholders(sql) != len(values):
             raise TypeError(f"a deferred statement takes one %s per parameter, each a str: {sql!r} {values!r}")
-        parts = sql.split("%s")
-        numbered = parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], start=1))
-        self.command = numbered.encode()
+        self.command = _numbered_command(sql)
         self.values = [value.encode() for value in values] or None
+
+
+# A call defers the same few texts (its savepoint's, a tool's statement_timeout) again and again.
+@functools.lru_cache(maxsize=256)
+def _placeholders(sql: str) -> int:
+    """How many `%s` the text holds, or -1 when it holds `%%` (a deferred statement takes no escapes)."""
+    return -1 if "%%" in sql else sql.count("%s")
+
+
+@functools.lru_cache(maxsize=256)
+def _numbered_command(sql: str) -> bytes:
+    parts = sql.split("%s")
+    return (parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], start=1))).encode()
 
 
 def defer(conn: psycopg.Connection, sql: str, params: Sequence[str] | None = None) -> Deferred:
