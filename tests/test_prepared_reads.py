@@ -385,3 +385,14 @@ def test_a_transformer_in_use_is_not_handed_to_another_read(services, account):
         assert not hasattr(conn, "ledger_transformer")
         assert fetch_one(conn, _READ, (tenant, account_id))["id"] == account_id
         assert conn.ledger_transformer[0] is not taken[0]
+
+
+def test_a_closed_pooled_connection_lets_go_of_its_transformer(services, account):
+    tenant, account_id = account
+    with services.db.pool.connection() as conn:
+        with conn.transaction():
+            conn.execute("SELECT set_config('ledger.tenant_id', %s, true)", (str(tenant),))
+            _prepared(conn, tenant, account_id)
+        assert hasattr(conn, "ledger_transformer")
+        conn.close()
+        assert not hasattr(conn, "ledger_transformer")
