@@ -346,26 +346,31 @@ def begin_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction,
             or getattr(conn, "ledger_deferred", None) or _past_deadline(conn)
             or conn.pgconn.transaction_status != _IDLE or block.status != block.Status.NOT_STARTED):
         return None
-    tx = adapt.Transformer(conn)
+    kept = _take_transformer(conn)
+    tx = kept[0]
     planned = []
     for sql, params in statements:
         if params is None and "%" not in sql:
             params = ()  # psycopg converts no text without parameters, nor one without a %
         statement = statement_of(sql) if isinstance(params, (tuple, list)) else None
         if statement is None or len(params) != statement.count:
+            _give_back_transformer(conn, kept)
             return None
         try:
             values = tx.dump_sequence(params, statement.formats)
         except Exception:  # noqa: BLE001 - the cursor raises its own error for the value
+            _give_back_transformer(conn, kept)
             return None
         planned.append((statement, (statement.query, tx.types or ()), values, tx.formats))
     pgconn = conn.pgconn
     with conn.lock:
         manager = conn._prepared
         if manager._to_flush:
+            _give_back_transformer(conn, kept)
             return None
         names = [manager._names.get(key) for _statement, key, _values, _formats in planned]
         if None in names:
+            _give_back_transformer(conn, kept)
             return None
         for _statement, key, _values, _formats in planned:
             manager._names.move_to_end(key)  # a use, as a cursor's would count in psycopg's LRU
@@ -388,9 +393,11 @@ def begin_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction,
         names_of = _columns(statement, result, pgconn)
         if result.ntuples:
             tx.set_pgresult(result)
-            rows.append(tx.load_row(0, lambda row: dict(zip(names_of, row))))
+            rows.append(dict(zip(names_of, tx.load_row(0, tuple))))
         else:
             rows.append(None)
+    tx.set_pgresult(None)
+    _give_back_transformer(conn, kept)
     return rows
 
 
@@ -421,13 +428,15 @@ def commit_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction, sta
             or not block._outer_transaction or block._savepoint_name or block._stack_index != 0
             or conn._num_transactions != 1 or conn.pgconn.transaction_status != _INTRANS):
         return _NOT_PREPARED
-    tx = adapt.Transformer(conn)
+    kept = _take_transformer(conn)
+    tx = kept[0]
     values = tx.dump_sequence(params, statement.formats)
     key = (statement.query, tx.types or ())
     pgconn = conn.pgconn
     with conn.lock:
         name = _use_prepared_name(conn, key)
         if name is None:
+            _give_back_transformer(conn, kept)
             return _NOT_PREPARED
         deferred, conn.ledger_deferred = getattr(conn, "ledger_deferred", None) or [], []
         commands = [(d.command, d.values) for d in deferred]
@@ -444,7 +453,9 @@ def commit_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction, sta
     row = None
     if result.ntuples:
         tx.set_pgresult(result)
-        row = tx.load_row(0, lambda values: dict(zip(names, values)))
+        row = dict(zip(names, tx.load_row(0, tuple)))
+        tx.set_pgresult(None)
+    _give_back_transformer(conn, kept)
     # What Transaction._commit_gen does around the COMMIT it sends (the nesting was checked above).
     block._pop_savepoint("commit")
     block.status = _COMMITTED
