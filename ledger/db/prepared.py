@@ -224,13 +224,10 @@ def _run(conn: psycopg.Connection, statement: PreparedRead, params: tuple, first
     return rows
 
 
-# What a Transformer's loaders and dumpers read of the connection when they are made, and keep: the client
-# encoding (text), DateStyle and TimeZone (dates and times), IntervalStyle (intervals). psycopg makes a
-# Transformer per query on this assumption that they do not change meanwhile (`adapt.Transformer`).
-_SETTINGS = (b"client_encoding", b"DateStyle", b"IntervalStyle", b"TimeZone")
-
-
 def _settings(pgconn: pq.abc.PGconn) -> tuple:
+    """What a Transformer's loaders and dumpers read of the connection when they are made, and keep: the
+    client encoding (text), DateStyle and TimeZone (dates and times), IntervalStyle (intervals). psycopg
+    makes a Transformer per query on the assumption that they do not change meanwhile."""
     status = pgconn.parameter_status
     return status(b"client_encoding"), status(b"DateStyle"), status(b"IntervalStyle"), status(b"TimeZone")
 
