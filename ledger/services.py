@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from .config import Settings
 from .db.pool import Database
@@ -47,6 +47,8 @@ class ChildIds(Protocol):
     """The executionIds the ledger derives for the calls an execution makes (only the server can)."""
 
     def child(self, parent: uuid.UUID, attempt: int, sequence: int) -> uuid.UUID: ...
+
+    def children_of(self, parent: uuid.UUID, attempt: int) -> Callable[[int], uuid.UUID]: ...
 
     def triggered(self, trigger: uuid.UUID, cause: uuid.UUID, sequence: int) -> uuid.UUID: ...
 

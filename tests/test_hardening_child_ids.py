@@ -105,3 +105,15 @@ def test_a_child_id_is_the_uuid_the_standard_library_makes_of_the_same_bits():
         parent = uuid.uuid4()
         message = parent.bytes + (2).to_bytes(8, "big") + (9).to_bytes(8, "big")
         assert ids.child(parent, 2, 9) == uuid_v8(hmac.new(key, message, hashlib.sha256).digest())
+
+
+def test_the_ids_of_one_attempts_children_are_the_ids_child_derives():
+    from ledger.executions.ids import ExecutionIds
+
+    ids = ExecutionIds.from_secret("a secret")
+    for parent in (uuid.UUID(int=0), uuid.uuid4(), uuid.UUID(int=2**128 - 1)):
+        for attempt in (0, 1, 7, 2**64 - 1):
+            children = ids.children_of(parent, attempt)
+            for sequence in (0, 1, 2, 1024, 2**32, 2**64 - 1):
+                assert children(sequence) == ids.child(parent, attempt, sequence)
+    assert ids.children_of(parent, 1)(1) != ExecutionIds.from_secret("another").children_of(parent, 1)(1)

@@ -188,3 +188,14 @@ def test_an_opening_with_a_statement_of_named_parameters_stays_in_psycopgs_pipel
     assert paths == ["pipeline"] * _WARM
     _same_openings(openings)
     assert json.loads(openings[-1]["rows"])[1] == {"n": 7}
+
+
+def test_openings_on_prepared_statements_share_the_connections_transformer_and_keep_no_result(db, api, paths):
+    first = [(_SEEN, None), (_TYPED, (41, "text", '{"a": 1}'))]
+    kept = []
+    for _ in range(_WARM + 2):
+        with db.transaction(api.tenant_id, deadline=time.monotonic() + 30, opener=opening_query(api.client_id),
+                            first=first) as conn:
+            kept.append(getattr(conn, "ledger_transformer", (None,))[0])
+    assert paths[-3:] == ["prepared"] * 3
+    assert kept[-1] is not None and kept[-1] is kept[-2] is kept[-3] and kept[-1].pgresult is None

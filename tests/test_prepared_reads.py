@@ -4,6 +4,7 @@ the transaction's behaviour the cursor gives, on the pool's own connections."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import time
 import uuid
 
@@ -12,6 +13,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from helpers import ACCOUNT, funded_account, transfer
+from ledger.db import prepared as prepared_module
 from ledger.db.pool import defer
 from ledger.db.prepared import PreparedRead, fetch_one
 from ledger.errors import Retryable
@@ -329,3 +331,68 @@ def test_a_scopes_statement_with_other_parameters_or_rows_takes_the_cursor(servi
         scope = _scope(conn)
         for _ in range(8):
             assert scope.one(sql, (tenant, account_id)) == (10,)
+
+
+def _prepared(conn, tenant, account_id) -> None:
+    for _ in range(8):  # through the cursor until psycopg prepares the statement
+        fetch_one(conn, _READ, (tenant, account_id))
+
+
+def test_a_connections_prepared_reads_share_one_transformer_and_keep_no_result(services, account):
+    tenant, account_id = account
+    with services.db.transaction(tenant) as conn:
+        _prepared(conn, tenant, account_id)
+        kept = conn.ledger_transformer[0]
+        for _ in range(3):
+            assert fetch_one(conn, _READ, (tenant, account_id)) == conn.execute(_READ.sql, (tenant, account_id)).fetchone()
+            assert conn.ledger_transformer[0] is kept
+        assert kept.pgresult is None  # the rows were loaded: the result goes with the read
+
+
+def test_a_prepared_read_after_the_time_zone_changed_answers_the_cursors_times(services, account):
+    tenant, account_id = account
+    with services.db.transaction(tenant) as conn:
+        _prepared(conn, tenant, account_id)
+        utc = fetch_one(conn, _READ, (tenant, account_id))["created_at"]
+        conn.execute("SET LOCAL TimeZone = 'Asia/Tokyo'")  # the kept Transformer's loaders read the old zone
+        row = fetch_one(conn, _READ, (tenant, account_id))
+        assert row == conn.execute(_READ.sql, (tenant, account_id)).fetchone()
+        assert row["created_at"] == utc and row["created_at"].utcoffset() == datetime.timedelta(hours=9)
+        assert str(row["created_at"].tzinfo) == "Asia/Tokyo"
+
+
+def test_a_prepared_read_after_the_date_style_changed_answers_the_cursors_dates(services, account):
+    tenant, account_id = account
+    with services.db.transaction(tenant) as conn:
+        _prepared(conn, tenant, account_id)
+        before = fetch_one(conn, _READ, (tenant, account_id))["created_at"]
+        conn.execute("SET LOCAL DateStyle = 'German, DMY'")
+        raised = []
+        for read in (lambda: fetch_one(conn, _READ, (tenant, account_id)),
+                     lambda: conn.execute(_READ.sql, (tenant, account_id)).fetchone()):
+            with pytest.raises(Exception) as error:  # psycopg's loader reads only the ISO style of a timestamptz
+                read()
+            raised.append(error.value)
+        assert type(raised[0]) is type(raised[1]) and str(raised[0]) == str(raised[1])
+        assert before is not None
+
+
+def test_a_transformer_in_use_is_not_handed_to_another_read(services, account):
+    tenant, account_id = account
+    with services.db.transaction(tenant) as conn:
+        _prepared(conn, tenant, account_id)
+        taken = prepared_module._take_transformer(conn)  # as a read on another thread holds it
+        assert not hasattr(conn, "ledger_transformer")
+        assert fetch_one(conn, _READ, (tenant, account_id))["id"] == account_id
+        assert conn.ledger_transformer[0] is not taken[0]
+
+
+def test_a_closed_pooled_connection_lets_go_of_its_transformer(services, account):
+    tenant, account_id = account
+    with services.db.pool.connection() as conn:
+        with conn.transaction():
+            conn.execute("SELECT set_config('ledger.tenant_id', %s, true)", (str(tenant),))
+            _prepared(conn, tenant, account_id)
+        assert hasattr(conn, "ledger_transformer")
+        conn.close()
+        assert not hasattr(conn, "ledger_transformer")

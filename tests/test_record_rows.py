@@ -90,6 +90,47 @@ def test_an_input_that_is_not_its_events_data_is_walked_on_its_own():
     assert _rows_json([call]) == _general_text([call])
 
 
+
+def _built_call(variables, data) -> PendingExecution:
+    """A graphql() child as the host builds it: its event, input and output around the values it was given."""
+    document = "query($id: UUID!) { a(id: $id) { b } }"
+    call = _call(random.Random(11), uuid.uuid4(), 1)
+    given = {"document": document, "variables": variables, "operationName": None}
+    call.event = {"eventType": "action.invoked", "data": given, "recordType": None, "recordId": None}
+    call.input, call.output = given, {"data": data, "errors": None}
+    call.error, call.tools, call.logs, call.usage = None, [], [], None
+    call.built = (call.event, call.input, call.output, (document, variables, None, data))
+    return call
+
+
+def test_a_built_calls_walk_is_its_given_values_alone():
+    call = _built_call({"id": "x"}, {"a": {"b": 7}})
+    walked = records._given_values([call])
+    assert walked[:4] == list(call.built[3]) and len(walked) == 8  # then error, tools, logs, usage
+    assert _rows_json([call]) == _general_text([call])
+
+
+@pytest.mark.parametrize("variables, data", [({"n": float("nan")}, {"a": 1}), ({"id": "x"}, {"a": float("inf")}),
+                                             ({"id": "x"}, {"big": 2**63})], ids=["variables", "answer", "big"])
+def test_a_value_orjson_writes_otherwise_in_a_built_calls_given_values_takes_the_general_path(variables, data):
+    call = _built_call(variables, data)
+    assert records.storable_json_around(records._rows([call]), records._given_values([call])) is None
+    assert _rows_json([call]) == _general_text([call])
+
+
+@pytest.mark.parametrize("part", ["event", "input", "output"])
+def test_a_built_call_whose_part_was_replaced_is_walked_whole(part):
+    call = _built_call({"id": "x"}, {"a": 1})
+    if part == "event":
+        call.event = {**call.event, "recordType": float("nan")}
+    elif part == "input":
+        call.input = {"nan": float("nan")}
+    else:
+        call.output = {"data": {"a": float("nan")}, "errors": None}
+    assert records.storable_json_around(records._rows([call]), records._given_values([call])) is None
+    assert _rows_json([call]) == _general_text([call])
+
+
 # A tree with reads, a failed read, CEL values and a printed NUL: what its records store.
 _TREE_SRC = '''DOC = """query($id: UUID!) { financial { account(id: $id) { id name balance } } }"""
 
@@ -172,3 +213,5 @@ def test_every_column_of_a_trees_records_is_what_its_calls_held(api, db_url, mon
                 "duration_ms": call.duration_ms, "output_bytes": call.result_bytes(),
                 "usage": _as_stored(call.usage) if call.usage else None}
     assert sorted(call.status for call in written) == ["FAILED", "SUCCEEDED", "SUCCEEDED", "SUCCEEDED", "SUCCEEDED"]
+    # The graphql() children (both reads and the failed one) carry what they were built around.
+    assert [call.built is not None for call in written] == [False, True, True, True, False]

@@ -22,7 +22,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import InvalidInput, LedgerError, Retryable
-from .prepared import _NOT_PREPARED, PreparedRead, begin_on_prepared, commit_on_prepared
+from .prepared import _NOT_PREPARED, PreparedRead, begin_on_prepared, commit_on_prepared, forget_transformer
 
 APP_ROLE = "ledger_app"
 
@@ -176,6 +176,10 @@ class _Connection(psycopg.Connection):
         super().__init__(*args, **kwargs)
         self.ledger_deferred = []
         self.ledger_savepoints = 0  # numbers the names of `deferred_savepoint`
+
+    def close(self) -> None:
+        forget_transformer(self)  # it refers to the connection: without it a closed one is freed at once
+        super().close()
 
     @contextlib.contextmanager
     def transaction(self, *args, **kwargs):

@@ -139,37 +139,30 @@ def statement_of(sql: str) -> PreparedRead | None:
 
 def fetch_one(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> dict | None:
     """`conn.execute(statement.sql, params).fetchone()`, as a dict row: the same row, or the same error."""
-    result = _prepared_result(conn, statement, params)
-    if result is _NOT_PREPARED:
+    rows = _prepared_rows(conn, statement, params, True)
+    if rows is _NOT_PREPARED:
         return conn.execute(statement.sql, params).fetchone()
-    if result is None:
-        return None
-    tx, names = result
-    return tx.load_row(0, lambda row: dict(zip(names, row)))
+    return rows
 
 
 def fetch_all(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> list[dict]:
     """`conn.execute(statement.sql, params).fetchall()`, as dict rows: the same rows, or the same error."""
-    result = _prepared_result(conn, statement, params)
-    if result is _NOT_PREPARED:
+    rows = _prepared_rows(conn, statement, params, False)
+    if rows is _NOT_PREPARED:
         return conn.execute(statement.sql, params).fetchall()
-    if result is None:
-        return []
-    tx, names = result
-    return tx.load_rows(0, tx.pgresult.ntuples, lambda row: dict(zip(names, row)))
+    return rows
 
 
 _NOT_PREPARED = object()
 
 
-def _prepared_result(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> object:
-    """(a Transformer holding the statement's result, its columns' names); None for a result of no rows;
-    `_NOT_PREPARED` when the cursor must run it."""
+def _prepared_rows(conn: psycopg.Connection, statement: PreparedRead, params: tuple, first: bool) -> object:
+    """The statement's first row or None (`first`), or its rows; `_NOT_PREPARED` when the cursor must run it."""
     # The count first: it is -1 when this psycopg lacks the parts below, which are then never touched.
     if (len(params) == statement.count and conn._pipeline is None and conn.row_factory is dict_row
             and not conn.closed and not _past_deadline(conn)):
         try:
-            return _run(conn, statement, params)
+            return _run(conn, statement, params, first)
         except pgerrors._NO_TRACEBACK as ex:  # as psycopg's cursor raises them: without its frames
             raise ex.with_traceback(None)
     return _NOT_PREPARED
@@ -192,14 +185,16 @@ def _use_prepared_name(conn: psycopg.Connection, key: tuple) -> bytes | None:
     return name
 
 
-def _run(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> object:
-    tx = adapt.Transformer(conn)
+def _run(conn: psycopg.Connection, statement: PreparedRead, params: tuple, first: bool) -> object:
+    kept = _take_transformer(conn)
+    tx = kept[0]
     values = tx.dump_sequence(params, statement.formats)
     key = (statement.query, tx.types or ())
     pgconn = conn.pgconn
     with conn.lock:
         name = _use_prepared_name(conn, key)
         if name is None:
+            _give_back_transformer(conn, kept)
             return _NOT_PREPARED
         deferred = getattr(conn, "ledger_deferred", None)
         if deferred:
@@ -215,10 +210,52 @@ def _run(conn: psycopg.Connection, statement: PreparedRead, params: tuple) -> ob
     if result is None or result.status != _TUPLES_OK:
         raise _failure(conn, result)
     names = _columns(statement, result, pgconn)
-    if not result.ntuples:
-        return None
-    tx.set_pgresult(result)
-    return tx, names
+    ntuples = result.ntuples
+    if not ntuples:
+        rows = None if first else []
+    else:
+        tx.set_pgresult(result)
+        if first:
+            rows = dict(zip(names, tx.load_row(0, tuple)))
+        else:
+            rows = [dict(zip(names, row)) for row in tx.load_rows(0, ntuples, tuple)]
+        tx.set_pgresult(None)  # the result is not kept with the Transformer
+    _give_back_transformer(conn, kept)
+    return rows
+
+
+def _settings(pgconn: pq.abc.PGconn) -> tuple:
+    """What a Transformer's loaders and dumpers read of the connection when they are made, and keep: the
+    client encoding (text), DateStyle and TimeZone (dates and times), IntervalStyle (intervals). psycopg
+    makes a Transformer per query on the assumption that they do not change meanwhile."""
+    status = pgconn.parameter_status
+    return status(b"client_encoding"), status(b"DateStyle"), status(b"IntervalStyle"), status(b"TimeZone")
+
+
+def _take_transformer(conn: psycopg.Connection) -> tuple:
+    """(a Transformer over the connection's adapters, the settings it was made under), the connection's
+    kept one when the settings are still those it was made under, a new one otherwise.
+
+    A Transformer looks its loaders and dumpers up in the connection's adapters and makes each one the
+    first time it meets a type (Python code, a timestamptz loader reading the connection's time zone):
+    a new one per statement did that for every column of every row a tree's read loads. A kept one answers
+    the same (psycopg's own cursor keeps its Transformer while it runs the same query again); the ledger
+    registers no adapters of its own. It is taken off the connection while in use (a dict's pop is atomic),
+    so that two threads on one connection never share one; a failure on the way drops it."""
+    kept = vars(conn).pop("ledger_transformer", None)
+    settings = _settings(conn.pgconn)
+    if kept is not None and kept[1] == settings:
+        return kept
+    return adapt.Transformer(conn), settings
+
+
+def _give_back_transformer(conn: psycopg.Connection, kept: tuple) -> None:
+    vars(conn)["ledger_transformer"] = kept
+
+
+def forget_transformer(conn: psycopg.Connection) -> None:
+    """Drop the connection's kept Transformer (which refers to the connection): for a connection closing."""
+    vars(conn).pop("ledger_transformer", None)
 
 
 def _in_one_pipeline(pgconn: pq.abc.PGconn, commands: list[tuple[bytes, Any]],
@@ -306,26 +343,31 @@ def begin_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction,
             or getattr(conn, "ledger_deferred", None) or _past_deadline(conn)
             or conn.pgconn.transaction_status != _IDLE or block.status != block.Status.NOT_STARTED):
         return None
-    tx = adapt.Transformer(conn)
+    kept = _take_transformer(conn)
+    tx = kept[0]
     planned = []
     for sql, params in statements:
         if params is None and "%" not in sql:
             params = ()  # psycopg converts no text without parameters, nor one without a %
         statement = statement_of(sql) if isinstance(params, (tuple, list)) else None
         if statement is None or len(params) != statement.count:
+            _give_back_transformer(conn, kept)
             return None
         try:
             values = tx.dump_sequence(params, statement.formats)
         except Exception:  # noqa: BLE001 - the cursor raises its own error for the value
+            _give_back_transformer(conn, kept)
             return None
         planned.append((statement, (statement.query, tx.types or ()), values, tx.formats))
     pgconn = conn.pgconn
     with conn.lock:
         manager = conn._prepared
         if manager._to_flush:
+            _give_back_transformer(conn, kept)
             return None
         names = [manager._names.get(key) for _statement, key, _values, _formats in planned]
         if None in names:
+            _give_back_transformer(conn, kept)
             return None
         for _statement, key, _values, _formats in planned:
             manager._names.move_to_end(key)  # a use, as a cursor's would count in psycopg's LRU
@@ -348,9 +390,11 @@ def begin_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction,
         names_of = _columns(statement, result, pgconn)
         if result.ntuples:
             tx.set_pgresult(result)
-            rows.append(tx.load_row(0, lambda row: dict(zip(names_of, row))))
+            rows.append(dict(zip(names_of, tx.load_row(0, tuple))))
         else:
             rows.append(None)
+    tx.set_pgresult(None)
+    _give_back_transformer(conn, kept)
     return rows
 
 
@@ -381,13 +425,15 @@ def commit_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction, sta
             or not block._outer_transaction or block._savepoint_name or block._stack_index != 0
             or conn._num_transactions != 1 or conn.pgconn.transaction_status != _INTRANS):
         return _NOT_PREPARED
-    tx = adapt.Transformer(conn)
+    kept = _take_transformer(conn)
+    tx = kept[0]
     values = tx.dump_sequence(params, statement.formats)
     key = (statement.query, tx.types or ())
     pgconn = conn.pgconn
     with conn.lock:
         name = _use_prepared_name(conn, key)
         if name is None:
+            _give_back_transformer(conn, kept)
             return _NOT_PREPARED
         deferred, conn.ledger_deferred = getattr(conn, "ledger_deferred", None) or [], []
         commands = [(d.command, d.values) for d in deferred]
@@ -404,7 +450,9 @@ def commit_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction, sta
     row = None
     if result.ntuples:
         tx.set_pgresult(result)
-        row = tx.load_row(0, lambda values: dict(zip(names, values)))
+        row = dict(zip(names, tx.load_row(0, tuple)))
+        tx.set_pgresult(None)
+    _give_back_transformer(conn, kept)
     # What Transaction._commit_gen does around the COMMIT it sends (the nesting was checked above).
     block._pop_savepoint("commit")
     block.status = _COMMITTED

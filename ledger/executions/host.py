@@ -51,6 +51,8 @@ class ToolHost:
         self.deadline = deadline
         self.sequence = 0
         self._graphql: Scope | None = None
+        # `execution_ids.child` of this host's attempt, made at its first call (a host serves one attempt).
+        self._child_id: Callable[[int], uuid.UUID] | None = None
 
     def _next_child(self, target: dict | None = None, name: str | None = None) -> tuple[int, uuid.UUID]:
         """Admit the next call (a tool `target`, called `name`, or a native call) and give it its id."""
@@ -64,8 +66,11 @@ class ToolHost:
         self.sequence += 1
         # Deterministic (the same program and input make the same calls with the same ids), and keyed:
         # no client can compute a child's id and take it first.
-        return self.sequence, self.scope.services.execution_ids.child(self.pending.execution_id,
-                                                                      self.pending.attempt, self.sequence)
+        child_id = self._child_id
+        if child_id is None:
+            child_id = self._child_id = self.scope.services.execution_ids.children_of(self.pending.execution_id,
+                                                                                     self.pending.attempt)
+        return self.sequence, child_id(self.sequence)
 
     # The same steps for a caller that is not a program (an agent's turn, executions/agent_turn.py): its
     # calls share one sequence, one admission and the same records.
@@ -125,13 +130,15 @@ class ToolHost:
         except CallFailed as failed:
             child.status = "FAILED"
             child.error = {"code": failed.code, "message": failed.message, "hint": failed.hint}
-            child.output = {"data": None, "errors": errors}
+            output = child.output = {"data": None, "errors": errors}
+            child.built = (child.event, input, output, (document, variables, operation_name, errors))
             child.finished_at = now()
             if check:
                 raise CallFailure(failed.code, failed.message, failed.hint) from None
             return {"data": None, "errors": errors}
         child.status = "SUCCEEDED"
-        child.output = {"data": data, "errors": None}
+        output = child.output = {"data": data, "errors": None}
+        child.built = (child.event, input, output, (document, variables, operation_name, data))
         child.finished_at = now()
         return data if check else {"data": data, "errors": None}
 

@@ -211,6 +211,11 @@ class PendingExecution:
     usage: dict | None = None
     action_name: str | None = None  # for metrics and logs
     action_kind: str | None = None  # for metrics: the kind is ours to name, unlike the action's name
+    # Set by the code that built this call's event, input and output itself around values it was given
+    # (a graphql() call: its document, variables, operation name, answer): (that event, that input, that
+    # output, those values), so that `_given_values` walks only the values while the call still holds
+    # those very objects. None: every part is walked.
+    built: tuple | None = None
     # {inputTokens, outputTokens, modelCalls} of the model calls this call made itself (a model tool, an
     # agent); None for a call that made none.
     usage: dict | None = None
@@ -340,9 +345,16 @@ def _rows(pending: list[PendingExecution]) -> list[list]:
 def _given_values(pending: list[PendingExecution]) -> list:
     """The values in the calls' rows that the calls were given or made (events, inputs, outputs, errors,
     tools, logs, usage), which alone may hold what orjson writes otherwise than json.dumps. A native call's
-    input is its event's data (the same object): walked once, with the event."""
+    input is its event's data (the same object): walked once, with the event. Of a call whose event, input
+    and output were built around given values (`PendingExecution.built`), only those values: the dicts
+    around them hold only strings and None besides (a graphql() child's walk was ~2/3 its envelopes)."""
     values: list = []
     for p in pending:
+        built = p.built
+        if built is not None and built[0] is p.event and built[1] is p.input and built[2] is p.output:
+            values += built[3]
+            values += (p.error, p.tools, p.logs, p.usage)
+            continue
         values += (p.event, p.output, p.error, p.tools, p.logs, p.usage)
         if type(p.event) is not dict or p.event.get("data") is not p.input:
             values.append(p.input)
