@@ -7,6 +7,9 @@ A statement without an assertion counts as true.
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +71,39 @@ class _DecisionInput:
                 self._key = ()
         return self._key or None
 
+    def key_at(self, reads: tuple[tuple[str, ...], ...]) -> tuple | None:
+        """The values at `reads` (an operation's paths, `_Plan.reads`) as a hashable value: equal keys decide
+        alike for assertions that read only there. None when it cannot say: a variable read that might not
+        convert to CEL (cel-expr-python converts a variable whole, and a variable that does not convert
+        makes every reference to it an error, whatever the path)."""
+        roots: dict[str, Any] = {}
+        values = []
+        for path in reads:
+            name = path[0]
+            if name in roots:
+                root = roots[name]
+            else:
+                if name == "context":
+                    root = {"operation": self._operation, "resource": self._resource}
+                    if self._has_document:
+                        root["document"] = self._document
+                else:
+                    root = self._principal if name == "principal" else self._action
+                if not _converts(root):
+                    return None
+                roots[name] = root
+            value = root
+            for field_name in path[1:]:
+                # A value that converts is a map only as a dict: selecting from anything else is an error.
+                if type(value) is not dict:
+                    value = _ABSENT
+                    break
+                value = value.get(field_name, _ABSENT)
+                if value is _ABSENT:
+                    break
+            values.append(value if value is _ABSENT else _frozen(value))
+        return (self._operation, self._resource, tuple(values))
+
     def activation(self) -> cel.Activation:
         if self._activation is None:
             context: dict[str, Any] = {"operation": self._operation, "resource": self._resource}
@@ -83,16 +119,63 @@ class _DecisionInput:
         return self._variables
 
 
+# A path that breaks off (a missing key, a field of something not a map): its select is an error, wherever.
+_ABSENT = object()
+
+# Types whose equal values are the same CEL value (`cel_data`) once bool and float are told apart from int.
+_FROZEN_AS_IS = frozenset({str, int, type(None), bytes, uuid.UUID, decimal.Decimal})
+_ISO_TYPES = frozenset({dt.datetime, dt.date, dt.time})
+
+
 def _frozen(value: Any) -> Any:
-    """A hashable stand-in for a decision input; values that compare equal in Python but not in CEL
-    (true and 1, 1 and 1.0) stay apart."""
-    if isinstance(value, dict):
-        return tuple((k, _frozen(v)) for k, v in value.items())
-    if isinstance(value, list):
+    """A hashable stand-in for a decision input: equal stand-ins are equal CEL values. Values that compare
+    equal in Python but not in CEL stay apart (true and 1, 1 and 1.0 as values or as keys; times of one
+    instant in two zones, whose ISO text differs); a type not known to keep that rule raises TypeError,
+    so that the decision is not remembered."""
+    kind = type(value)
+    if kind in _FROZEN_AS_IS:
+        return value
+    if kind is dict:
+        return tuple((_frozen(k), _frozen(v)) for k, v in value.items())
+    if kind is list or kind is tuple:  # both a CEL list
         return ("[]", *(_frozen(v) for v in value))
-    if isinstance(value, (bool, float)):
-        return (type(value).__name__, value)
-    return value
+    if kind is bool or kind is float:
+        return (kind.__name__, value)
+    if kind in _ISO_TYPES:
+        return (kind.__name__, value.isoformat())
+    raise TypeError(f"no stand-in for a {kind.__name__}")
+
+
+def _converts(value: Any) -> bool:
+    """Whether `cel_data(value)` certainly converts to CEL (False when unsure): a string must encode as
+    UTF-8 (a lone surrogate does not) and a map's keys must be such strings."""
+    kind = type(value)
+    if kind is str:
+        return value.isascii() or _encodes(value)
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not (key.isascii() or _encodes(key)) or not _converts(item):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        for item in value:
+            if not _converts(item):
+                return False
+        return True
+    return kind in _CONVERTING
+
+
+# Types `cel_data` turns into a CEL scalar (a too large int, a UUID or a time into text). Not Decimal: a
+# signalling NaN makes `cel_data` raise.
+_CONVERTING = frozenset({int, bool, float, type(None), bytes, uuid.UUID}) | _ISO_TYPES
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # Decisions a layer remembers (by their inputs) before it starts over.
@@ -105,6 +188,9 @@ class _Plan:
 
     denies: tuple[_Candidate, ...]  # cut after the first unconditional DENY: nothing later can matter
     allows: tuple[_Candidate, ...]  # just the unconditional ALLOW when there is one
+    # The paths every assertion evaluated here reads (sorted), or None when one's reads are not bounded:
+    # a decision is then remembered by its whole inputs.
+    reads: tuple[tuple[str, ...], ...] | None = None
 
 
 def _plan(statements: tuple[tuple[int, Statement], ...], resource: str) -> _Plan:
@@ -119,7 +205,15 @@ def _plan(statements: tuple[tuple[int, Statement], ...], resource: str) -> _Plan
             denies = denies[: cut + 1]
             break
     unconditional_allows = [candidate for candidate in allows if candidate[1] is None]
-    return _Plan(tuple(denies), tuple(unconditional_allows[:1] or allows))
+    allows = unconditional_allows[:1] or allows
+    reads: set[tuple[str, ...]] | None = set()
+    for _, compiled in (*denies, *allows):
+        if compiled is not None:
+            if compiled.reads is None:
+                reads = None
+                break
+            reads.update(compiled.reads)
+    return _Plan(tuple(denies), tuple(allows), None if reads is None else tuple(sorted(reads)))
 
 
 @dataclass(frozen=True)
@@ -140,8 +234,9 @@ class Layer:
         init=False, repr=False, compare=False, default_factory=dict
     )
     _plans: dict[tuple[str, str], _Plan] = field(init=False, repr=False, compare=False, default_factory=dict)
-    # Decisions that evaluated an assertion, by their inputs: a CEL evaluation is deterministic, and a
-    # request (a listing, a tree of reads) asks the same question of one layer again and again.
+    # Decisions that evaluated an assertion, by their inputs, or by the values at the paths the assertions
+    # read when those are bounded (`_Plan.reads`): a CEL evaluation is deterministic, and a request (a
+    # listing, a tree of reads) and calls alike (transfers of one amount) ask one layer the same question.
     _decided: dict[tuple, str | None] = field(init=False, repr=False, compare=False, default_factory=dict)
     # `allows_whatever_the_inputs` by operation and resource: a function of the statements alone, asked of
     # every layer of the chain before every check.
@@ -183,7 +278,7 @@ class Layer:
         plan = self._plan_for(operation, resource)
         if _unconditional(plan):
             return None  # nothing to evaluate
-        key = decision.key()
+        key = decision.key() if plan.reads is None else decision.key_at(plan.reads)
         if key is not None:
             try:
                 return self._decided[key]
