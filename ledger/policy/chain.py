@@ -150,13 +150,19 @@ def _converts(value: Any) -> bool:
     """Whether `cel_data(value)` certainly converts to CEL (False when unsure): a string must encode as
     UTF-8 (a lone surrogate does not) and a map's keys must be such strings."""
     kind = type(value)
-    if kind is str:
-        return value.isascii() or _encodes(value)
     if kind is dict:
         for key, item in value.items():
-            if type(key) is not str or not (key.isascii() or _encodes(key)) or not _converts(item):
+            if type(key) is not str or not (key.isascii() or _encodes(key)):
+                return False
+            kind = type(item)  # a scalar checked here, not by a call: a document is mostly scalars
+            if kind is str:
+                if not (item.isascii() or _encodes(item)):
+                    return False
+            elif kind not in _CONVERTING and not _converts(item):
                 return False
         return True
+    if kind is str:
+        return value.isascii() or _encodes(value)
     if kind is list or kind is tuple:
         for item in value:
             if not _converts(item):
