@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from ledger.policy.cel import CompiledAssertion, compile_assertion
 from ledger.policy.chain import NO_STATEMENT_ALLOWS, Chain, Layer
 from ledger.policy.statements import parse_policies
+from ledger.scope import as_document
 
 PRINCIPAL = {"tenant": "t1", "client": "c1", "claims": {"sub": "alice", "roles": ["teller"]}}
 TRANSFER = "financial.Transfer.document"
@@ -33,9 +34,9 @@ def deny(assertion: str | None, operation: str = "INSERT") -> dict:
     return {"effect": "DENY", "actions": [operation], "resources": ["financial.*"], "assertion": assertion}
 
 
-def decide(chain: Chain, document, *, principal=PRINCIPAL, action=ACTION, operation: str = "INSERT"):
+def decide(chain: Chain, document, *, principal=PRINCIPAL, action=ACTION, operation: str = "INSERT", view=None):
     denial = chain.decide(operation, TRANSFER, principal=principal, document=document,
-                          has_document=document is not None, action=action)
+                          has_document=document is not None, action=action, document_view=view)
     return None if denial is None else denial.reason
 
 
@@ -169,8 +170,44 @@ def test_values_equal_in_python_but_not_in_cel_are_decided_apart():
     assert decide(tagged, transfer(5, v=("float", 1.5))) == NO_STATEMENT_ALLOWS
 
 
+def test_the_principal_and_the_action_are_made_only_for_a_decision_that_needs_them():
+    made: list[str] = []
+
+    def principal():
+        made.append("principal")
+        return PRINCIPAL
+
+    def action():
+        made.append("action")
+        return ACTION
+
+    chain = chain_of(allow("context.document.amount <= 1000"))
+    assert decide(chain, transfer(5), principal=principal, action=action) is None
+    assert made == ["principal", "action"]  # evaluated: the activation holds every variable
+    assert decide(chain, transfer(5), principal=principal, action=action) is None
+    assert made == ["principal", "action"]  # remembered by the amount alone
+    reading = chain_of(allow('principal.claims.sub == "alice" && action.name == "pay"'))
+    assert decide(reading, transfer(5), principal=principal, action=action) is None
+    assert decide(reading, transfer(6), principal=principal, action=action) is None
+    # Read for the key (made once a decision, the evaluation reusing them), then for the key alone.
+    assert sorted(made) == ["action"] * 3 + ["principal"] * 3
+
+
+def test_a_document_is_remembered_as_read_and_evaluated_through_its_view():
+    account_id = uuid.uuid4()
+    at = dt.datetime(2026, 1, 1, 0, tzinfo=dt.timezone.utc)
+    chain = chain_of(allow(f'context.document.id == "{account_id}" && context.document.at == "{at.isoformat()}"'))
+    assert decide(chain, transfer(5, id=account_id, at=at), view=as_document) is None
+    assert decide(chain, transfer(5, id=account_id, at=at), view=as_document) is None
+    assert decide(chain, transfer(5, id=uuid.uuid4(), at=at), view=as_document) == NO_STATEMENT_ALLOWS
+    # The text the view makes is not the value read: the same text given as text is another input.
+    assert decide(chain, transfer(5, id=str(account_id), at=at.isoformat())) is None
+
+
 # --- remembered decisions against fresh ones ---------------------------------------------------
 
+_ID = uuid.UUID("9f3e2a50-7c1b-4d2e-8f00-0123456789ab")
+_AT = dt.datetime(2026, 1, 1, 0, tzinfo=dt.timezone.utc)
 ASSERTIONS = [
     "context.document.amount <= 10",
     'context.document.currency == "EUR"',
@@ -184,10 +221,13 @@ ASSERTIONS = [
     "type(context.document.amount) == bool",
     '"EUR" in context.document.tags',
     "dyn(context).document.amount < 3",
+    f'context.document.id == "{_ID}"',
+    'context.document.id.startsWith("2026-01-01T01")',
 ]
 
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 12), st.sampled_from([1.0, 1.5, 2**64]),
-                     st.sampled_from(["EUR", "USD", "a", "\ud800", "é"]))
+                     st.sampled_from(["EUR", "USD", "a", "\ud800", "é", str(_ID), _AT.isoformat()]),
+                     st.sampled_from([_ID, _AT, _AT.astimezone(dt.timezone(dt.timedelta(hours=1))), _AT.date()]))
 _values = st.recursive(_scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=3),
     st.dictionaries(st.sampled_from(["x", "y", "amount", 1]), inner, max_size=2)), max_leaves=4)
@@ -202,11 +242,12 @@ _actions = st.one_of(st.none(), st.fixed_dictionaries({"version": st.sampled_fro
 @settings(max_examples=200, deadline=None)
 @given(assertions=st.lists(st.sampled_from(ASSERTIONS), min_size=1, max_size=3, unique=True),
        effects=st.lists(st.booleans(), min_size=3, max_size=3),
-       inputs=st.lists(st.tuples(_documents, _principals, _actions), min_size=1, max_size=6))
+       inputs=st.lists(st.tuples(_documents, _principals, _actions, st.sampled_from([None, as_document])),
+                       min_size=1, max_size=6))
 def test_a_remembered_decision_is_the_one_a_fresh_layer_makes(assertions, effects, inputs):
     statements = [(allow if effect else deny)(text) for text, effect in zip(assertions, effects)]
     remembering = chain_of(*statements)
-    for document, principal, action in inputs:
+    for document, principal, action, view in inputs:
         fresh = chain_of(*statements)
-        assert (decide(remembering, document, principal=principal, action=action)
-                == decide(fresh, document, principal=principal, action=action))
+        assert (decide(remembering, document, principal=principal, action=action, view=view)
+                == decide(fresh, document, principal=principal, action=action, view=view))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,13 +43,21 @@ class Denial:
 
 class _DecisionInput:
     """The CEL activation of one decision, built only if some assertion needs it, then shared by
-    every layer (cel-expr-python converts the data once per activation)."""
+    every layer (cel-expr-python converts the data once per activation).
 
-    __slots__ = ("_operation", "_resource", "_principal", "_document", "_has_document", "_action", "_activation",
-                 "_variables", "_key")
+    The principal and the action may come as functions that make them, called only when a decision needs
+    them; the document as it was read, with the function (`view`) that makes what assertions see of it,
+    called only to evaluate one. Decisions are remembered by the document as read: `view` must make
+    equal views of documents whose stand-ins (`_frozen`) are equal, keep their keys, and turn values
+    only into text (as `scope.as_document` turns a UUID and a datetime), so that what converts to CEL
+    (`_converts`) still does."""
+
+    __slots__ = ("_operation", "_resource", "_principal", "_document", "_has_document", "_action", "_view",
+                 "_activation", "_variables", "_key")
 
     def __init__(
-        self, operation: str, resource: str, principal: Any, document: Any, has_document: bool, action: Any
+        self, operation: str, resource: str, principal: Any, document: Any, has_document: bool, action: Any,
+        view: Callable[[Any], Any] | None = None,
     ) -> None:
         self._operation = operation
         self._resource = resource
@@ -56,16 +65,27 @@ class _DecisionInput:
         self._document = document
         self._has_document = has_document
         self._action = action
+        self._view = view
         self._activation: cel.Activation | None = None
         self._variables: dict[str, Any] = {}
         self._key: tuple | None = None
+
+    def _principal_made(self) -> Any:
+        if callable(self._principal):
+            self._principal = self._principal()
+        return self._principal
+
+    def _action_made(self) -> Any:
+        if callable(self._action):
+            self._action = self._action()
+        return self._action
 
     def key(self) -> tuple | None:
         """The inputs as a hashable value (None when one is not hashable): equal keys decide alike."""
         if self._key is None:
             try:
                 self._key = (self._operation, self._resource, self._has_document, _frozen(self._document),
-                             _frozen(self._principal), _frozen(self._action))
+                             _frozen(self._principal_made()), _frozen(self._action_made()))
                 hash(self._key)
             except TypeError:
                 self._key = ()
@@ -88,7 +108,7 @@ class _DecisionInput:
                     if self._has_document:
                         root["document"] = self._document
                 else:
-                    root = self._principal if name == "principal" else self._action
+                    root = self._principal_made() if name == "principal" else self._action_made()
                 if not _converts(root):
                     return None
                 roots[name] = root
@@ -108,9 +128,10 @@ class _DecisionInput:
         if self._activation is None:
             context: dict[str, Any] = {"operation": self._operation, "resource": self._resource}
             if self._has_document:  # absent, not null, so `context.document.x` cannot be evaluated
-                context["document"] = cel_data(self._document)
-            self._variables = {"principal": cel_data(self._principal), "context": context,
-                               "action": cel_data(self._action)}
+                document = self._document if self._view is None else self._view(self._document)
+                context["document"] = cel_data(document)
+            self._variables = {"principal": cel_data(self._principal_made()), "context": context,
+                               "action": cel_data(self._action_made())}
             self._activation = assertion_activation(**self._variables)
         return self._activation
 
@@ -365,21 +386,26 @@ class Chain:
         operation: str,
         resource: str,
         *,
-        principal: dict,
+        principal: dict | Callable[[], dict],
         document: dict | None = None,
         has_document: bool,
-        action: dict | None,
+        action: dict | None | Callable[[], dict | None],
+        document_view: Callable[[dict], dict] | None = None,
     ) -> Denial | None:
-        """None when every layer allows; else the first (outermost) layer's denial."""
+        """None when every layer allows; else the first (outermost) layer's denial.
+
+        `principal` and `action` may be functions that make them, called only if an assertion needs them;
+        `document_view` makes what assertions see of `document` (see `_DecisionInput` for what it must keep)."""
         if operation not in OPERATIONS:
             raise ValueError(f"unknown operation {operation!r}; expected one of {', '.join(OPERATIONS)}")
         if not self.layers:  # fail closed: a chain nobody built up must not grant anything
             return Denial(operation, resource, "empty chain", "the chain has no layers")
-        decision = _DecisionInput(operation, resource, principal, document, has_document, action)
+        decision = _DecisionInput(operation, resource, principal, document, has_document, action, document_view)
         for layer in self.layers:
             seen = decision
             if layer.principal is not None:
-                seen = _DecisionInput(operation, resource, layer.principal, document, has_document, action)
+                seen = _DecisionInput(operation, resource, layer.principal, document, has_document, action,
+                                      document_view)
             reason = layer.denial_reason(operation, resource, seen)
             if reason is not None:
                 return Denial(operation, resource, layer.name, reason)
@@ -390,14 +416,16 @@ class Chain:
         operation: str,
         resource: str,
         *,
-        principal: dict,
+        principal: dict | Callable[[], dict],
         document: dict | None = None,
         has_document: bool,
-        action: dict | None,
+        action: dict | None | Callable[[], dict | None],
+        document_view: Callable[[dict], dict] | None = None,
     ) -> None:
-        """Raise PermissionDenied naming the denying layer unless every layer allows."""
+        """Raise PermissionDenied naming the denying layer unless every layer allows (arguments as `decide`'s)."""
         denial = self.decide(
-            operation, resource, principal=principal, document=document, has_document=has_document, action=action
+            operation, resource, principal=principal, document=document, has_document=has_document, action=action,
+            document_view=document_view,
         )
         if denial is not None:
             raise denial.error()
