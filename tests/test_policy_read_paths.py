@@ -145,6 +145,24 @@ def test_a_variable_that_does_not_convert_cannot_be_evaluated_whatever_the_value
     assert decide(chain, transfer(5), principal={**PRINCIPAL, "tenant": "\udc80"}) is None
 
 
+def nested(depth: int):
+    value: object = 1
+    for _ in range(depth):
+        value = {"a": [value]}
+    return value
+
+
+def test_a_deeply_nested_document_is_decided_by_its_whole_inputs(evaluations):
+    chain = chain_of(allow("context.document.amount <= 1000"))
+    assert decide(chain, transfer(5)) is None
+    assert decide(chain, transfer(5, deep=nested(80))) is None
+    assert decide(chain, transfer(5, deep=nested(80))) is None
+    assert len(evaluations) == 3
+    # Deeper than the conversion can go: it fails as before, not with the decision kept for amount 5.
+    with pytest.raises(RecursionError):
+        decide(chain, transfer(5, deep=nested(900)))
+
+
 def test_an_assertion_whose_reads_are_not_bounded_is_decided_by_its_whole_inputs(evaluations):
     chain = chain_of(allow('context.document.tags.exists(t, t == "a")'))
     assert decide(chain, transfer(5, tags=["a"])) is None

@@ -167,11 +167,14 @@ def _frozen(value: Any) -> Any:
     raise TypeError(f"no stand-in for a {kind.__name__}")
 
 
-def _converts(value: Any) -> bool:
+def _converts(value: Any, depth: int = 0) -> bool:
     """Whether `cel_data(value)` certainly converts to CEL (False when unsure): a string must encode as
-    UTF-8 (a lone surrogate does not) and a map's keys must be such strings."""
+    UTF-8 (a lone surrogate does not) and a map's keys must be such strings. Past `_NESTING` levels it is
+    unsure: `cel_data` recurses too, and so deep a value is decided as its whole inputs are (`key`)."""
     kind = type(value)
     if kind is dict:
+        if depth >= _NESTING:
+            return False
         for key, item in value.items():
             if type(key) is not str or not (key.isascii() or _encodes(key)):
                 return False
@@ -179,18 +182,22 @@ def _converts(value: Any) -> bool:
             if kind is str:
                 if not (item.isascii() or _encodes(item)):
                     return False
-            elif kind not in _CONVERTING and not _converts(item):
+            elif kind not in _CONVERTING and not _converts(item, depth + 1):
                 return False
         return True
     if kind is str:
         return value.isascii() or _encodes(value)
     if kind is list or kind is tuple:
+        if depth >= _NESTING:
+            return False
         for item in value:
-            if not _converts(item):
+            if not _converts(item, depth + 1):
                 return False
         return True
     return kind in _CONVERTING
 
+
+_NESTING = 64
 
 # Types `cel_data` turns into a CEL scalar (a too large int, a UUID or a time into text). Not Decimal: a
 # signalling NaN makes `cel_data` raise.
