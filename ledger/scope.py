@@ -81,14 +81,18 @@ class Scope:
         """Raise PermissionDenied unless every layer allows `operation` on `resource`."""
         if self.chain.allows_whatever_the_inputs(operation, resource):
             return  # the same decision, without building the document and the principal CEL would see
+        frame = self.innermost_tool
         try:
+            # Made only if an assertion needs them: a decision remembered by what its assertions read
+            # needs neither the principal's nor the action's text, and reads the document as it is.
             self.chain.check(
                 operation,
                 resource,
-                principal=self.principal.as_cel(),
-                document=None if index else as_document(document or {}),
+                principal=self.principal.as_cel,
+                document=None if index else document or {},
+                document_view=as_document,
                 has_document=not index,
-                action=self.innermost_tool.as_cel() if self.innermost_tool else None,
+                action=frame.as_cel if frame else None,
             )
         except PermissionDenied as denied:
             if self.frames:

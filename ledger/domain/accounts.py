@@ -36,6 +36,7 @@ _TRANSFER_NAMES = [c.strip() for c in _TRANSFER_COLUMNS.split(",")]
 _ACCOUNT_NAMES = [c.strip() for c in _ACCOUNT_COLUMNS.split(",")]
 # One row per updated account, beside the inserted transfer's columns (prefixed t_).
 _TRANSFERRED_COLUMNS = ", ".join([f"u.{c}" for c in _ACCOUNT_NAMES] + [f"t.{c} AS t_{c}" for c in _TRANSFER_NAMES])
+_TRANSFER_PREFIXED = tuple((c, f"t_{c}") for c in _TRANSFER_NAMES)
 
 
 class InsufficientFunds(LedgerError):
@@ -129,12 +130,18 @@ def create_transfer(scope: Scope, transfer_id: uuid.UUID, from_id: uuid.UUID, to
         raise InvalidInput("a transfer needs two different accounts", hint="choose another destination account")
     if memo is not None and len(memo) > 1000:
         raise InvalidInput("a memo is at most 1,000 characters", hint="shorten the memo")
-    rows = scope.read_all(_LOCK_ACCOUNTS, (scope.tenant_id, from_id, to_id))
-    by_id = {r["id"]: r for r in rows}
-    for label, account_id in (("fromAccountId", from_id), ("toAccountId", to_id)):
-        if account_id not in by_id:
-            raise NotFound(f"no account {account_id} ({label})", hint="create the account first, or check the id")
-    source, target = by_id[from_id], by_id[to_id]
+    tenant_id = scope.tenant_id
+    source = target = None
+    # The locked rows told apart by comparing ids (UUID's == and hash are Python code: no dict of them).
+    for row in scope.read_all(_LOCK_ACCOUNTS, (tenant_id, from_id, to_id)):
+        if row["id"] == from_id:
+            source = row
+        else:
+            target = row
+    if source is None:
+        raise NotFound(f"no account {from_id} (fromAccountId)", hint="create the account first, or check the id")
+    if target is None:
+        raise NotFound(f"no account {to_id} (toAccountId)", hint="create the account first, or check the id")
     scope.require("SELECT", ACCOUNT, source)
     scope.require("SELECT", ACCOUNT, target)
     if source["currency"] != target["currency"]:
@@ -142,10 +149,11 @@ def create_transfer(scope: Scope, transfer_id: uuid.UUID, from_id: uuid.UUID, to
             f"account {from_id} holds {source['currency']} but account {to_id} holds {target['currency']}",
             hint="transfer between accounts of the same currency",
         )
+    currency = source["currency"]
+    execution_id = scope.writing_execution_id
     record = {
-        "tenant_id": scope.tenant_id, "id": transfer_id, "from_account_id": from_id, "to_account_id": to_id,
-        "amount": amount, "currency": source["currency"], "memo": memo,
-        "execution_id": scope.writing_execution_id, "created_at": None,
+        "tenant_id": tenant_id, "id": transfer_id, "from_account_id": from_id, "to_account_id": to_id,
+        "amount": amount, "currency": currency, "memo": memo, "execution_id": execution_id, "created_at": None,
     }
     scope.require("INSERT", TRANSFER, record)
     new_source_balance = source["balance"] - amount
@@ -158,19 +166,22 @@ def create_transfer(scope: Scope, transfer_id: uuid.UUID, from_id: uuid.UUID, to
         raise InvalidAmount("the transfer would overflow a 64-bit balance", hint="move a smaller amount")
     rows = scope.read_all(
         _TRANSFER,
-        (scope.tenant_id, transfer_id, from_id, to_id, amount, source["currency"], memo, scope.writing_execution_id,
-         from_id, amount, amount, scope.tenant_id, from_id, to_id),
+        (tenant_id, transfer_id, from_id, to_id, amount, currency, memo, execution_id,
+         from_id, amount, amount, tenant_id, from_id, to_id),
     )
     if not rows:
         raise AlreadyExists(f"a transfer with id {transfer_id} already exists",
                             hint="choose a new UUID for a new transfer")
-    created = {column: rows[0]["t_" + column] for column in _TRANSFER_NAMES}
-    updated = [{column: row[column] for column in _ACCOUNT_NAMES} for row in rows]
+    first = rows[0]
+    created = {column: first[prefixed] for column, prefixed in _TRANSFER_PREFIXED}
+    debited, credited = rows if first["id"] == from_id else reversed(rows)
     # The transfer, then its two balance changes (debited account first): each a record event.
     events = scope.services.record_events
     events.raised(scope, "financial.Transfer.inserted", "financial.Transfer", created)
-    for account in sorted(updated, key=lambda row: row["id"] != from_id):
-        events.raised(scope, "financial.Account.updated", "financial.Account", account, by_id[account["id"]])
+    events.raised(scope, "financial.Account.updated", "financial.Account",
+                  {column: debited[column] for column in _ACCOUNT_NAMES}, source)
+    events.raised(scope, "financial.Account.updated", "financial.Account",
+                  {column: credited[column] for column in _ACCOUNT_NAMES}, target)
     return created
 
 

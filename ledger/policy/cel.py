@@ -34,9 +34,10 @@ from cel_expr_python import cel
 
 from ledger.errors import LedgerError
 from ledger.policy import cel_bounds
-from ledger.policy.cel_bounds import MAX_EXPRESSION_BYTES, BoundExceeded, Plan, plan_of
+from ledger.policy.cel_bounds import MAX_EXPRESSION_BYTES, BoundExceeded, Plan, plan_of, read_paths
 
 ASSERTION_VARIABLES = ("principal", "context", "action")
+_ASSERTION_VARIABLE_SET = frozenset(ASSERTION_VARIABLES)
 
 _ASSERTION_CACHE_SIZE = 4096
 _EXPRESSION_CACHE_SIZE = 1024
@@ -254,14 +255,18 @@ def assertion_activation(principal: Any, context: Any, action: Any) -> cel.Activ
 
 
 class CompiledAssertion:
-    """A policy assertion compiled once; evaluates to True, False or None (cannot be evaluated)."""
+    """A policy assertion compiled once; evaluates to True, False or None (cannot be evaluated).
 
-    __slots__ = ("text", "_expression", "_plan")
+    `reads`: the paths of `principal`, `context` and `action` its verdict depends on, or None when that
+    cannot be bounded exactly (`cel_bounds.read_paths`)."""
+
+    __slots__ = ("text", "_expression", "_plan", "reads")
 
     def __init__(self, text: str, expression: cel.Expression, plan: Plan) -> None:
         self.text = text
         self._expression = expression
         self._plan = plan
+        self.reads = read_paths(plan, _ASSERTION_VARIABLE_SET)
 
     def evaluate(self, principal: dict, context: dict, action: dict | None) -> bool | None:
         variables = {"principal": cel_data(principal), "context": cel_data(context), "action": cel_data(action)}

@@ -465,3 +465,70 @@ def check(plan: Plan, variables: dict[str, Any]) -> None:
             "the CEL expression could not be evaluated: its variables are nested too deeply to bound it",
             "pass flatter values",
         ) from None
+
+
+# --- what an expression reads ------------------------------------------------------------------
+
+
+def read_paths(plan: Plan, variables: frozenset[str]) -> frozenset[tuple[str, ...]] | None:
+    """The paths an expression reads: each a variable and the field names selected below it
+    (`context.document.amount` is `("context", "document", "amount")`), or None when its reads cannot be
+    bounded so (a comprehension, a search, or any other call that makes the expression not flat; an
+    identifier that could name a variable by a qualified name).
+
+    Over variables that convert to CEL, the expression's verdict is a function of the values at these
+    paths (a path that is not there counts as one value: selecting it is an error wherever it breaks off),
+    since a flat expression's bound check does nothing and its evaluation reads nothing else. A value read
+    whole (compared as an object, its size taken, `has()` of a field of it) is the path to that value.
+    A path that another one extends is left out: the shorter one covers it.
+    """
+    if not plan.flat:
+        return None
+    found: set[tuple[str, ...]] = set()
+    if not _reads(plan.tree, variables, found):
+        return None
+    return frozenset(path for path in found
+                     if not any(other != path and path[:len(other)] == other for other in found))
+
+
+def _reads(node: tuple, variables: frozenset[str], found: set[tuple[str, ...]]) -> bool:
+    path = _path(node, variables)
+    if path is not None:
+        found.add(path)
+        return True
+    kind = node[0]
+    if kind == "const":
+        return True
+    if kind == "ident":
+        # A type name such as `int`; a dotted name could be a variable's field the checker resolved.
+        return "." not in node[1]
+    if kind == "select":
+        if node[3]:  # has(x.f): true, false or an error as x is a map with f, one without, or not a map
+            operand = _path(node[1], variables)
+            if operand is not None:
+                found.add(operand)
+                return True
+        return _reads(node[1], variables, found)
+    if kind == "call":
+        return all(_reads(arg, variables, found) for arg in node[2])
+    if kind == "list":
+        return all(_reads(element, variables, found) for element in node[1])
+    if kind == "map":
+        return all(_reads(key, variables, found) and _reads(value, variables, found) for key, value in node[1])
+    return False  # a comprehension
+
+
+def _path(node: tuple, variables: frozenset[str]) -> tuple[str, ...] | None:
+    """The path `node` selects (`v.a.b`, `v["a"].b`), or None when it is not a chain of fields of a variable."""
+    kind = node[0]
+    if kind == "ident":
+        return (node[1],) if node[1] in variables else None
+    if kind == "select" and not node[3]:
+        operand = _path(node[1], variables)
+        return None if operand is None else (*operand, node[2])
+    if kind == "call" and node[1] == "_[_]" and len(node[2]) == 2:
+        key = node[2][1]
+        if key[0] == "const" and not key[2] and isinstance(key[3], str):  # a string constant
+            operand = _path(node[2][0], variables)
+            return None if operand is None else (*operand, key[3])
+    return None

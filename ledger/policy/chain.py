@@ -7,6 +7,10 @@ A statement without an assertion counts as true.
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,13 +43,21 @@ class Denial:
 
 class _DecisionInput:
     """The CEL activation of one decision, built only if some assertion needs it, then shared by
-    every layer (cel-expr-python converts the data once per activation)."""
+    every layer (cel-expr-python converts the data once per activation).
 
-    __slots__ = ("_operation", "_resource", "_principal", "_document", "_has_document", "_action", "_activation",
-                 "_variables", "_key")
+    The principal and the action may come as functions that make them, called only when a decision needs
+    them; the document as it was read, with the function (`view`) that makes what assertions see of it,
+    called only to evaluate one. Decisions are remembered by the document as read: `view` must make
+    equal views of documents whose stand-ins (`_frozen`) are equal, keep their keys, and turn values
+    only into text (as `scope.as_document` turns a UUID and a datetime), so that what converts to CEL
+    (`_converts`) still does."""
+
+    __slots__ = ("_operation", "_resource", "_principal", "_document", "_has_document", "_action", "_view",
+                 "_activation", "_variables", "_key")
 
     def __init__(
-        self, operation: str, resource: str, principal: Any, document: Any, has_document: bool, action: Any
+        self, operation: str, resource: str, principal: Any, document: Any, has_document: bool, action: Any,
+        view: Callable[[Any], Any] | None = None,
     ) -> None:
         self._operation = operation
         self._resource = resource
@@ -53,28 +65,73 @@ class _DecisionInput:
         self._document = document
         self._has_document = has_document
         self._action = action
+        self._view = view
         self._activation: cel.Activation | None = None
         self._variables: dict[str, Any] = {}
         self._key: tuple | None = None
+
+    def _principal_made(self) -> Any:
+        if callable(self._principal):
+            self._principal = self._principal()
+        return self._principal
+
+    def _action_made(self) -> Any:
+        if callable(self._action):
+            self._action = self._action()
+        return self._action
 
     def key(self) -> tuple | None:
         """The inputs as a hashable value (None when one is not hashable): equal keys decide alike."""
         if self._key is None:
             try:
                 self._key = (self._operation, self._resource, self._has_document, _frozen(self._document),
-                             _frozen(self._principal), _frozen(self._action))
+                             _frozen(self._principal_made()), _frozen(self._action_made()))
                 hash(self._key)
             except TypeError:
                 self._key = ()
         return self._key or None
 
+    def key_at(self, reads: tuple[tuple[str, ...], ...]) -> tuple | None:
+        """The values at `reads` (an operation's paths, `_Plan.reads`) as a hashable value: equal keys decide
+        alike for assertions that read only there. None when it cannot say: a variable read that might not
+        convert to CEL (cel-expr-python converts a variable whole, and a variable that does not convert
+        makes every reference to it an error, whatever the path)."""
+        roots: dict[str, Any] = {}
+        values = []
+        for path in reads:
+            name = path[0]
+            if name in roots:
+                root = roots[name]
+            else:
+                if name == "context":
+                    root = {"operation": self._operation, "resource": self._resource}
+                    if self._has_document:
+                        root["document"] = self._document
+                else:
+                    root = self._principal_made() if name == "principal" else self._action_made()
+                if not _converts(root):
+                    return None
+                roots[name] = root
+            value = root
+            for field_name in path[1:]:
+                # A value that converts is a map only as a dict: selecting from anything else is an error.
+                if type(value) is not dict:
+                    value = _ABSENT
+                    break
+                value = value.get(field_name, _ABSENT)
+                if value is _ABSENT:
+                    break
+            values.append(value if value is _ABSENT else _frozen(value))
+        return (self._operation, self._resource, tuple(values))
+
     def activation(self) -> cel.Activation:
         if self._activation is None:
             context: dict[str, Any] = {"operation": self._operation, "resource": self._resource}
             if self._has_document:  # absent, not null, so `context.document.x` cannot be evaluated
-                context["document"] = cel_data(self._document)
-            self._variables = {"principal": cel_data(self._principal), "context": context,
-                               "action": cel_data(self._action)}
+                document = self._document if self._view is None else self._view(self._document)
+                context["document"] = cel_data(document)
+            self._variables = {"principal": cel_data(self._principal_made()), "context": context,
+                               "action": cel_data(self._action_made())}
             self._activation = assertion_activation(**self._variables)
         return self._activation
 
@@ -83,16 +140,76 @@ class _DecisionInput:
         return self._variables
 
 
+# A path that breaks off (a missing key, a field of something not a map): its select is an error, wherever.
+_ABSENT = object()
+
+# Types whose equal values are the same CEL value (`cel_data`) once bool and float are told apart from int.
+_FROZEN_AS_IS = frozenset({str, int, type(None), bytes, uuid.UUID, decimal.Decimal})
+_ISO_TYPES = frozenset({dt.datetime, dt.date, dt.time})
+
+
 def _frozen(value: Any) -> Any:
-    """A hashable stand-in for a decision input; values that compare equal in Python but not in CEL
-    (true and 1, 1 and 1.0) stay apart."""
-    if isinstance(value, dict):
-        return tuple((k, _frozen(v)) for k, v in value.items())
-    if isinstance(value, list):
+    """A hashable stand-in for a decision input: equal stand-ins are equal CEL values. Values that compare
+    equal in Python but not in CEL stay apart (true and 1, 1 and 1.0 as values or as keys; times of one
+    instant in two zones, whose ISO text differs); a type not known to keep that rule raises TypeError,
+    so that the decision is not remembered."""
+    kind = type(value)
+    if kind in _FROZEN_AS_IS:
+        return value
+    if kind is dict:
+        return tuple((_frozen(k), _frozen(v)) for k, v in value.items())
+    if kind is list or kind is tuple:  # both a CEL list
         return ("[]", *(_frozen(v) for v in value))
-    if isinstance(value, (bool, float)):
-        return (type(value).__name__, value)
-    return value
+    if kind is bool or kind is float:
+        return (kind.__name__, value)
+    if kind in _ISO_TYPES:
+        return (kind.__name__, value.isoformat())
+    raise TypeError(f"no stand-in for a {kind.__name__}")
+
+
+def _converts(value: Any, depth: int = 0) -> bool:
+    """Whether `cel_data(value)` certainly converts to CEL (False when unsure): a string must encode as
+    UTF-8 (a lone surrogate does not) and a map's keys must be such strings. Past `_NESTING` levels it is
+    unsure: `cel_data` recurses too, and so deep a value is decided as its whole inputs are (`key`)."""
+    kind = type(value)
+    if kind is dict:
+        if depth >= _NESTING:
+            return False
+        for key, item in value.items():
+            if type(key) is not str or not (key.isascii() or _encodes(key)):
+                return False
+            kind = type(item)  # a scalar checked here, not by a call: a document is mostly scalars
+            if kind is str:
+                if not (item.isascii() or _encodes(item)):
+                    return False
+            elif kind not in _CONVERTING and not _converts(item, depth + 1):
+                return False
+        return True
+    if kind is str:
+        return value.isascii() or _encodes(value)
+    if kind is list or kind is tuple:
+        if depth >= _NESTING:
+            return False
+        for item in value:
+            if not _converts(item, depth + 1):
+                return False
+        return True
+    return kind in _CONVERTING
+
+
+_NESTING = 64
+
+# Types `cel_data` turns into a CEL scalar (a too large int, a UUID or a time into text). Not Decimal: a
+# signalling NaN makes `cel_data` raise.
+_CONVERTING = frozenset({int, bool, float, type(None), bytes, uuid.UUID}) | _ISO_TYPES
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # Decisions a layer remembers (by their inputs) before it starts over.
@@ -105,6 +222,9 @@ class _Plan:
 
     denies: tuple[_Candidate, ...]  # cut after the first unconditional DENY: nothing later can matter
     allows: tuple[_Candidate, ...]  # just the unconditional ALLOW when there is one
+    # The paths every assertion evaluated here reads (sorted), or None when one's reads are not bounded:
+    # a decision is then remembered by its whole inputs.
+    reads: tuple[tuple[str, ...], ...] | None = None
 
 
 def _plan(statements: tuple[tuple[int, Statement], ...], resource: str) -> _Plan:
@@ -119,7 +239,15 @@ def _plan(statements: tuple[tuple[int, Statement], ...], resource: str) -> _Plan
             denies = denies[: cut + 1]
             break
     unconditional_allows = [candidate for candidate in allows if candidate[1] is None]
-    return _Plan(tuple(denies), tuple(unconditional_allows[:1] or allows))
+    allows = unconditional_allows[:1] or allows
+    reads: set[tuple[str, ...]] | None = set()
+    for _, compiled in (*denies, *allows):
+        if compiled is not None:
+            if compiled.reads is None:
+                reads = None
+                break
+            reads.update(compiled.reads)
+    return _Plan(tuple(denies), tuple(allows), None if reads is None else tuple(sorted(reads)))
 
 
 @dataclass(frozen=True)
@@ -140,8 +268,9 @@ class Layer:
         init=False, repr=False, compare=False, default_factory=dict
     )
     _plans: dict[tuple[str, str], _Plan] = field(init=False, repr=False, compare=False, default_factory=dict)
-    # Decisions that evaluated an assertion, by their inputs: a CEL evaluation is deterministic, and a
-    # request (a listing, a tree of reads) asks the same question of one layer again and again.
+    # Decisions that evaluated an assertion, by their inputs, or by the values at the paths the assertions
+    # read when those are bounded (`_Plan.reads`): a CEL evaluation is deterministic, and a request (a
+    # listing, a tree of reads) and calls alike (transfers of one amount) ask one layer the same question.
     _decided: dict[tuple, str | None] = field(init=False, repr=False, compare=False, default_factory=dict)
     # `allows_whatever_the_inputs` by operation and resource: a function of the statements alone, asked of
     # every layer of the chain before every check.
@@ -183,7 +312,7 @@ class Layer:
         plan = self._plan_for(operation, resource)
         if _unconditional(plan):
             return None  # nothing to evaluate
-        key = decision.key()
+        key = decision.key() if plan.reads is None else decision.key_at(plan.reads)
         if key is not None:
             try:
                 return self._decided[key]
@@ -264,21 +393,26 @@ class Chain:
         operation: str,
         resource: str,
         *,
-        principal: dict,
+        principal: dict | Callable[[], dict],
         document: dict | None = None,
         has_document: bool,
-        action: dict | None,
+        action: dict | None | Callable[[], dict | None],
+        document_view: Callable[[dict], dict] | None = None,
     ) -> Denial | None:
-        """None when every layer allows; else the first (outermost) layer's denial."""
+        """None when every layer allows; else the first (outermost) layer's denial.
+
+        `principal` and `action` may be functions that make them, called only if an assertion needs them;
+        `document_view` makes what assertions see of `document` (see `_DecisionInput` for what it must keep)."""
         if operation not in OPERATIONS:
             raise ValueError(f"unknown operation {operation!r}; expected one of {', '.join(OPERATIONS)}")
         if not self.layers:  # fail closed: a chain nobody built up must not grant anything
             return Denial(operation, resource, "empty chain", "the chain has no layers")
-        decision = _DecisionInput(operation, resource, principal, document, has_document, action)
+        decision = _DecisionInput(operation, resource, principal, document, has_document, action, document_view)
         for layer in self.layers:
             seen = decision
             if layer.principal is not None:
-                seen = _DecisionInput(operation, resource, layer.principal, document, has_document, action)
+                seen = _DecisionInput(operation, resource, layer.principal, document, has_document, action,
+                                      document_view)
             reason = layer.denial_reason(operation, resource, seen)
             if reason is not None:
                 return Denial(operation, resource, layer.name, reason)
@@ -289,14 +423,16 @@ class Chain:
         operation: str,
         resource: str,
         *,
-        principal: dict,
+        principal: dict | Callable[[], dict],
         document: dict | None = None,
         has_document: bool,
-        action: dict | None,
+        action: dict | None | Callable[[], dict | None],
+        document_view: Callable[[dict], dict] | None = None,
     ) -> None:
-        """Raise PermissionDenied naming the denying layer unless every layer allows."""
+        """Raise PermissionDenied naming the denying layer unless every layer allows (arguments as `decide`'s)."""
         denial = self.decide(
-            operation, resource, principal=principal, document=document, has_document=has_document, action=action
+            operation, resource, principal=principal, document=document, has_document=has_document, action=action,
+            document_view=document_view,
         )
         if denial is not None:
             raise denial.error()

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
+
+import orjson
 
 from ledger.policy.chain import Layer
 from ledger.policy.statements import parse_policies
@@ -15,8 +16,10 @@ log = logging.getLogger("ledger.policy")
 # and each tool version's are the same from one call to the next, and a layer kept keeps its plans and
 # the decisions it has evaluated (pure functions of their inputs). Keyed by content, so an edited client
 # or server gets a layer of its new policies at once. Layers whose policies have problems are not kept:
-# each use logs them, as before.
-_LAYERS: dict[tuple[str, str | None, str], Layer] = {}
+# each use logs them, as before. The text is orjson's (a tenth of `json.dumps`' time): equal texts are
+# equal JSON, and policies without problems are JSON (strings in lists and objects) whichever Python
+# types spelt them; a value orjson refuses (a key not a string, an integer past 64 bits) is not kept.
+_LAYERS: dict[tuple[str, str | None, bytes], Layer] = {}
 _LAYERS_LIMIT = 1024
 _LAYERS_LOCK = threading.Lock()
 
@@ -30,8 +33,8 @@ def layer_from_stored(name: str, policies: list[dict], *, remedy: str | None = N
     says why in every permission hint.
     """
     try:
-        key = (name, remedy, json.dumps(policies))
-    except (TypeError, ValueError):
+        key = (name, remedy, orjson.dumps(policies))
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
         key = None
     if key is not None:
         kept = _LAYERS.get(key)
