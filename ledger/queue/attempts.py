@@ -29,13 +29,14 @@ from ..db.retry import retry_lost_races
 from ..executions.engine import run_call
 from ..executions.plan_chain import RunRefused, confirmed_scope
 from ..executions.plan_records import read_plan
-from ..executions.records import EXECUTION_COLUMNS, flush, raise_execution_event, record_json
+from ..executions.records import EXECUTION_COLUMNS, flush, raise_execution_event
 from ..executions.tree import CallTree, model_was_called
 from ..logs import current_call, update_call
 from ..metrics import call_finished, json_size, observe_tree
 from ..policy.chain import Chain
 from ..policy.principal import Principal
 from ..scope import Scope
+from ..values import storable_json
 from .claims import Job, LeaseLost, fence, held, release
 from .triggers import TRIGGERS_VERSION_COLUMN, remember_version
 
@@ -341,10 +342,13 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
     # row given up and, for a finish for good, the action's row locked: one statement (migration 0012).
     retry_in = (backoff_seconds(float(settings.get("backoffSeconds", 1.0)), attempt) if outcome == "retry"
                 else None)
-    params = (job.tenant_id, job.execution_id, job.lease_token, attempt, record_json(execution["input"]),
-              record_json(output), record_json(error) if error else None, record_json(tools), record_json(logs),
-              started_at, finished_at, duration_ms, output_bytes, record_json(usage) if usage else None, status,
-              retry_in, execution["action_id"])
+    # The record's values as their JSON text (`record_json`'s, `storable_json`): psycopg sends a str as an
+    # untyped literal, which the server reads as the function's jsonb parameter, through psycopg's C dumper
+    # instead of the Python one of a Jsonb wrapper.
+    params = (job.tenant_id, job.execution_id, job.lease_token, attempt, storable_json(execution["input"]),
+              storable_json(output), storable_json(error) if error else None, storable_json(tools),
+              storable_json(logs), started_at, finished_at, duration_ms, output_bytes,
+              storable_json(usage) if usage else None, status, retry_in, execution["action_id"])
     if _nothing_follows_finish(services, scope, lifecycle_settled):
         if job.lost:  # as `held` finds it after the finish: the heartbeat saw the lease lapse
             raise LeaseLost()
