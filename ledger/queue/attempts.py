@@ -9,6 +9,7 @@ the COMMIT when nothing follows them (no trigger on the status change, no lifecy
 from __future__ import annotations
 
 import datetime
+import json
 import time
 from dataclasses import replace
 from typing import Any
@@ -28,13 +29,14 @@ from ..db.retry import retry_lost_races
 from ..executions.engine import run_call
 from ..executions.plan_chain import RunRefused, confirmed_scope
 from ..executions.plan_records import read_plan
-from ..executions.records import EXECUTION_COLUMNS, flush, raise_execution_event, record_json
+from ..executions.records import EXECUTION_COLUMNS, flush, raise_execution_event
 from ..executions.tree import CallTree, model_was_called
 from ..logs import current_call, update_call
 from ..metrics import call_finished, json_size, observe_tree
 from ..policy.chain import Chain
 from ..policy.principal import Principal
 from ..scope import Scope
+from ..values import storable_json
 from .claims import Job, LeaseLost, fence, held, release
 from .triggers import TRIGGERS_VERSION_COLUMN, remember_version
 
@@ -52,50 +54,59 @@ def backoff_seconds(base: float, attempt: int) -> float:
     return min(MAX_BACKOFF_SECONDS, base * (2 ** max(0, attempt - 1)))
 
 
-# The attempt's reads, in one statement in the pipeline of its BEGIN: the queue row (its lease token, a
-# pending cancel; no row at all when it is gone, which `held` takes as a lost lease); the execution with the
-# starter's claims and client row, and the tenant's trigger version (queue/triggers.py) for the events of
-# its status change; and the action at the execution's version (ACTION_AT_VERSION, its header's columns
-# renamed `act_*` beside the execution's). One statement, not three: each statement of a pipeline costs
-# the worker ~50 µs of CPU.
+# The attempt's reads, with the tenant and the statement_timeout set, in one statement in the pipeline of
+# its BEGIN (`ledger_open_attempt`, migration 0019, given the tenant and the timeout by the pool as an
+# opener): the queue row (its lease token, a pending cancel; no row at all when it is gone, which `held`
+# takes as a lost lease); the execution with the starter's claims and client row, and the tenant's trigger
+# version (queue/triggers.py) for the events of its status change; and the action at the execution's
+# version (ACTION_AT_VERSION's columns, its header's renamed `act_*` beside the execution's). One statement
+# after BEGIN, not two (the tenant's set_config, then the read): ~34k instructions of the worker's less.
+_OPEN_ATTEMPT = "SELECT * FROM ledger_open_attempt(%s, %s, %s)"
 _VERSION_COLUMNS = ("v_version", "v_definition", "v_enabled", "v_created_at")
 _EXECUTION_KEYS = tuple(column.strip() for column in EXECUTION_COLUMNS.split(",")) + (
     "client_claims", "planned_action_id", "client_row_id", "client_name", "client_enabled", "client_policies",
     "triggers_version")
-_ATTEMPT_READ = (
-    "SELECT q.lease_token AS q_lease_token, q.cancel_requested AS q_cancel_requested, x.*, "
-    + ", ".join(f"act.act_{column}" for column in _HEADER_COLUMNS) + ", " + ", ".join(f"act.{column}" for column in _VERSION_COLUMNS)
-    + " FROM execution_queue q LEFT JOIN LATERAL (SELECT "
-    + ", ".join(f"e.{column.strip()}" for column in EXECUTION_COLUMNS.split(","))
-    + ", e.client_claims, e.planned_action_id, c.id AS client_row_id, c.name AS client_name,"
-    f" c.enabled AS client_enabled, c.policies AS client_policies, {TRIGGERS_VERSION_COLUMN}"
-    " FROM executions e LEFT JOIN clients c ON c.tenant_id = e.tenant_id AND c.id = e.client_id"
-    " WHERE e.tenant_id = q.tenant_id AND e.id = q.execution_id) x ON true"
-    " LEFT JOIN LATERAL (SELECT " + ", ".join(f"a.{column} AS act_{column}" for column in _HEADER_COLUMNS)
-    + ", v.version AS v_version, v.definition AS v_definition, v.enabled AS v_enabled, v.created_at AS v_created_at"
-    " FROM actions a LEFT JOIN action_versions v ON v.tenant_id = a.tenant_id AND v.action_id = a.id"
-    " AND v.version = x.action_version WHERE a.tenant_id = x.tenant_id AND a.id = x.action_id) act ON true"
-    " WHERE q.tenant_id = %s AND q.execution_id = %s")
+# The opening's jsonb values come as their text, decoded by `_json_of_text`: psycopg's jsonb loader takes
+# the whole of `json.loads` from bytes for each (the encoding's detection, the decode, `raw_decode`).
+_EXECUTION_JSON = ("event", "input", "client_claims", "client_policies")
+
+# The scanner `json.loads` runs (`JSONDecoder.raw_decode`'s `scan_once`), called on a jsonb's text
+# directly (as actions/mcp_servers.py reads one): that text has no whitespace around its value, so
+# `json.loads` would only add its checks for that and for text after the value.
+_SCAN_ONCE = getattr(json.JSONDecoder(), "scan_once", None)
 
 
-def _reads(job: Job) -> list[tuple[str, tuple]]:
-    return [(_ATTEMPT_READ, (job.tenant_id, job.execution_id))]
+def _json_of_text(text: str | None) -> Any:
+    """`json.loads(text)` of a jsonb's text (None for SQL's null)."""
+    if text is None:
+        return None
+    if _SCAN_ONCE is not None and text and text[0] not in " \t\n\r":
+        try:
+            value, end = _SCAN_ONCE(text, 0)
+        except StopIteration:
+            return json.loads(text)  # not JSON: its own error
+        if end == len(text):
+            return value
+    return json.loads(text)
 
 
-def _split_reads(row: dict | None) -> tuple[dict | None, dict | None, dict | None]:
+def _split_opening(row: dict | None) -> tuple[dict | None, dict | None, dict | None]:
     """The queue row, the execution (with its client's columns) and the action row (as ACTION_AT_VERSION
-    names its columns) of the attempt's one read."""
+    names its columns) of the attempt's opening."""
     if row is None:
         return None, None, None
     queue_row = {"lease_token": row["q_lease_token"], "cancel_requested": row["q_cancel_requested"]}
     if row["id"] is None:
         return queue_row, None, None
     execution = {key: row[key] for key in _EXECUTION_KEYS}
+    for key in _EXECUTION_JSON:
+        execution[key] = _json_of_text(execution[key])
     if row["act_id"] is None:
         return queue_row, execution, None
     action_row = {column: row[f"act_{column}"] for column in _HEADER_COLUMNS}
     for column in _VERSION_COLUMNS:
         action_row[column] = row[column]
+    action_row["v_definition"] = _json_of_text(action_row["v_definition"])
     return queue_row, execution, action_row
 
 
@@ -112,8 +123,9 @@ def run_attempt(services: Any, job: Job) -> str:
         runs.append({})  # this run's request_state: whether it called a model
         execution = None
         try:
-            with services.db.transaction(job.tenant_id, deadline=deadline, first=_reads(job)) as conn:
-                queue_row, execution, action_row = _split_reads(conn.ledger_first[0])
+            with services.db.transaction(job.tenant_id, deadline=deadline,
+                                         opener=(_OPEN_ATTEMPT, (job.execution_id,))) as conn:
+                queue_row, execution, action_row = _split_opening(conn.ledger_first[0])
                 held(queue_row, job)
                 if execution is None or execution["status"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
                     release(conn, job, retry_in=None)
@@ -330,10 +342,13 @@ def _finish(conn: psycopg.Connection, services: Any, job: Job, execution: dict, 
     # row given up and, for a finish for good, the action's row locked: one statement (migration 0012).
     retry_in = (backoff_seconds(float(settings.get("backoffSeconds", 1.0)), attempt) if outcome == "retry"
                 else None)
-    params = (job.tenant_id, job.execution_id, job.lease_token, attempt, record_json(execution["input"]),
-              record_json(output), record_json(error) if error else None, record_json(tools), record_json(logs),
-              started_at, finished_at, duration_ms, output_bytes, record_json(usage) if usage else None, status,
-              retry_in, execution["action_id"])
+    # The record's values as their JSON text (`record_json`'s, `storable_json`): psycopg sends a str as an
+    # untyped literal, which the server reads as the function's jsonb parameter, through psycopg's C dumper
+    # instead of the Python one of a Jsonb wrapper.
+    params = (job.tenant_id, job.execution_id, job.lease_token, attempt, storable_json(execution["input"]),
+              storable_json(output), storable_json(error) if error else None, storable_json(tools),
+              storable_json(logs), started_at, finished_at, duration_ms, output_bytes,
+              storable_json(usage) if usage else None, status, retry_in, execution["action_id"])
     if _nothing_follows_finish(services, scope, lifecycle_settled):
         if job.lost:  # as `held` finds it after the finish: the heartbeat saw the lease lapse
             raise LeaseLost()
