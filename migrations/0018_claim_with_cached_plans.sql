@@ -1,6 +1,7 @@
 -- The claim as PL/pgSQL statements whose plans are made once per connection and stay right as the tables
 -- grow, instead of one SQL statement planned on every call: in the bench's queue (1,000 no-op executions
--- queued, pg_stat_statements) a claim spent ~0.7-0.9 ms planning its CTEs, more than executing them.
+-- queued, pg_stat_statements with planning) a claim spent ~0.7-1.1 ms planning its CTEs, more than
+-- executing them.
 --
 -- A cached plan is made while the tables are as they are at a worker's first claim (an empty queue, few
 -- executions), so no statement here may have a plan that turns bad as they grow; the settings below hold

@@ -42,8 +42,8 @@ DEPTH_INTERVAL = 1.0
 TRIGGERED_CLAIMS_FOR = 5.0
 # While the queue holds more than the worker's last claim took, a slot that frees waits up to CLAIM_GATHER
 # seconds for CLAIM_GATHER_SLOTS free slots (or as many as the worker has), so that attempts ending close
-# together are refilled by one claim: each claim is a transaction that writes (one WAL commit record, ~0.5
-# ms of PostgreSQL's CPU), and a claim faster than attempts end would otherwise take the slots one by one.
+# together are refilled by one claim: each claim is a transaction that writes (one WAL commit record, ~0.5-1
+# ms of PostgreSQL's time), and a claim faster than attempts end would otherwise take the slots one by one.
 # It delays only work that is already waiting behind a full worker; a worker with no backlog claims at once.
 CLAIM_GATHER = 0.003
 CLAIM_GATHER_SLOTS = 2
