@@ -4,8 +4,10 @@
   also marks its executions RUNNING (the status change's events are raised in the claim's transaction)
   and drops the leases of the attempts its worker finished since its last claim. Executions of tenants
   without triggers (no event to raise) are claimed by that statement alone, in autocommit, and that commit
-  does not wait for the WAL's flush (`ledger_claim_untriggered`, migration 0014): nothing acknowledged
-  depends on it, and the attempt's synchronous commit flushes it first.
+  does not wait for the WAL's flush (`ledger_claim_and_start(..., untriggered_only)`, migrations 0014 and
+  0018): nothing acknowledged depends on it, and the attempt's synchronous commit flushes it first. The
+  claim's statements keep their plans on the connection (PL/pgSQL, migration 0018), so a worker claims on
+  a connection of its own (`Worker._connection`).
 - Every claim carries a lease the worker renews. A worker that dies stops renewing; its lease lapses
   within `lease_seconds` and another worker claims the execution again.
 - The attempt commits only while its lease token still holds the queue row (the fence): an attempt whose
@@ -61,8 +63,8 @@ def claim(conn: psycopg.Connection, worker: str, batch: int, lease_seconds: floa
     """
     rows: list[dict] = []
     if untriggered_first:
-        # Its commit does not wait for its flush (migration 0014): the attempt's own commit does.
-        rows = conn.execute("SELECT * FROM ledger_claim_untriggered(%s, %s, %s, %s)",
+        # Its commit does not wait for its flush (migrations 0014, 0018): the attempt's own commit does.
+        rows = conn.execute("SELECT * FROM ledger_claim_and_start(%s, %s, %s, %s, true)",
                             (worker, batch, lease_seconds, list(finished))).fetchall()
         if len(rows) >= batch:
             return rows
