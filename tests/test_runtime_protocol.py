@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import struct
 import time
 import uuid
 
@@ -155,3 +156,74 @@ def test_constant_envelopes_are_read_as_orjson_reads_them_each_a_dict_of_its_own
     b.receive().envelope["changed"] = True
     a.send_encoded(_REPLY_OK)
     assert b.receive().envelope == {"t": "reply", "ok": True}
+
+
+def test_a_done_without_logs_is_read_without_a_parse_its_logs_a_list_of_its_own(channels, monkeypatch):
+    """The executor's done envelopes of a run that succeeded without a print() line are constants the reader
+    recognises by their bytes: the same dict as orjson's parse, and each message's `logs` a new list (a
+    `RunOutcome` keeps it; one changed must not change the next)."""
+    from ledger.runtime import protocol
+    from ledger.runtime.executor import _DONE_OK_ENVELOPES
+
+    a, b = channels
+    parsed = []
+    real_loads = orjson.loads
+    monkeypatch.setattr(protocol.orjson, "loads", lambda data: parsed.append(bytes(data)) or real_loads(data))
+    for encoded in _DONE_OK_ENVELOPES.values():
+        a.send_encoded(encoded, b"{}")
+        a.send_encoded(encoded, b"{}")
+        first, second = b.receive(), b.receive()
+        assert first.envelope == real_loads(encoded) and list(first.envelope) == list(real_loads(encoded))
+        first.envelope["logs"].append("changed")
+        assert second.envelope["logs"] == [] and first.envelope is not second.envelope
+    assert parsed == []
+    a.send({"t": "done", "logs": ["a line"], "ok": True, "retire": False}, b"{}")
+    assert b.receive().envelope["logs"] == ["a line"] and len(parsed) == 1
+
+
+def _frame(head: bytes, payload: bytes | None) -> bytes:
+    body = payload if payload is not None else b""
+    return struct.pack("!II", len(head), len(body) + (payload is not None)) + head + body
+
+
+FRAMES = [(b'{"t":"reply","ok":true}', b'{"financial":{"account":{"balance":120}}}'),
+          (b'{"t":"call","fn":"graphql"}', b'["{ x }",null,null,true]'),
+          (b'{"t":"need_source"}', None), (b'{"t":"reply"}', b""),
+          (b'{"t":"done","logs":["x"],"ok":true,"retire":false}', b"[" + b"1," * 100_000 + b"1]")]
+
+
+def test_a_frame_reads_the_same_whole_in_one_read_in_pieces_or_beside_the_next(channels):
+    """A frame that one read brings whole is cut from that read's bytes; one split over reads, or sharing a
+    read with the next frame, goes through the buffer: the same messages either way, in order."""
+    import threading
+
+    a, b = channels
+    expected = [(orjson.loads(head), payload) for head, payload in FRAMES]
+
+    def exchange(writes: list[bytes], count: int) -> list:
+        # Written by another thread, a pause after each write, so that each write is a read of its own.
+        def write() -> None:
+            for data in writes:
+                os.write(a._write_fd, data)
+                time.sleep(0.02)
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            return [(m.envelope, m.payload) for m in (b.receive(time.monotonic() + 5) for _ in range(count))]
+        finally:
+            writer.join()
+
+    frames = [_frame(head, payload) for head, payload in FRAMES]
+    assert exchange(frames, len(frames)) == expected  # one frame a write (the last is larger than a read)
+    assert exchange([b"".join(frames)], len(frames)) == expected  # all in one write
+    # Each split: the header alone, then part of the envelope, then the rest.
+    assert exchange([piece for data in frames for piece in (data[:5], data[5:12], data[12:])], len(frames)) == expected
+    # A whole frame and part of the next, then the rest of it.
+    assert exchange([frames[0] + frames[1][:10], frames[1][10:]], 2) == expected[:2]
+
+
+def test_a_frame_over_a_bound_is_refused_when_one_read_brings_it_whole(channels):
+    a, b = channels
+    os.write(a._write_fd, _frame(b'{"t":"done"}', b"x" * 100))
+    with pytest.raises(FrameTooLarge):
+        b.receive(time.monotonic() + 1, max_payload_bytes=99)

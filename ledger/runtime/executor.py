@@ -40,6 +40,13 @@ from ledger.runtime.starlark_program import (
 
 # The envelopes of the host calls the prelude makes, encoded once (a tree of 1,000 reads sends 1,000).
 _CALL_ENVELOPES = {function: orjson.dumps({"t": "call", "fn": function}) for function in ("graphql", "cel", "tool")}
+# The envelope of a run that succeeded without a print() line, encoded once: nested (None) or top-level,
+# with its `retire`. Most runs end so; any other done is encoded as it is built.
+_DONE_OK_ENVELOPES = {
+    None: orjson.dumps({"t": "done", "logs": [], "ok": True}),
+    False: orjson.dumps({"t": "done", "logs": [], "ok": True, "retire": False}),
+    True: orjson.dumps({"t": "done", "logs": [], "ok": True, "retire": True}),
+}
 
 
 class RecordedFailure(Exception):
@@ -50,7 +57,7 @@ class RecordedFailure(Exception):
     """
 
 
-@dataclass
+@dataclass(slots=True)
 class LogBuffer:
     max_lines: int
     max_bytes: int
@@ -81,7 +88,7 @@ class LogBuffer:
         ]
 
 
-@dataclass
+@dataclass(slots=True)
 class Frame:
     """One run (or one compile) in progress in this executor."""
 
@@ -158,6 +165,14 @@ class Executor:
         # MemoryError, or when its address space grew large); reported with the top-level done.
         self.retire = False
         self._peak_rss_checked = 0
+        self._backstop = limits.CpuBackstop()
+        self._max_payload_bytes = settings.max_payload_bytes
+        # One set of options for every evaluation: its check goes to the innermost frame, the only one
+        # evaluating (an outer run waits inside a host call), so no run builds its own.
+        self._options = sl.EvalOptions(check_cancelled=self._check_cancelled, max_callstack_size=settings.max_callstack)
+
+    def _check_cancelled(self) -> bool:
+        return self.frames[-1].check_cancelled()
 
     # --- serving ----------------------------------------------------------------------------
 
@@ -172,16 +187,18 @@ class Executor:
             else:
                 raise RuntimeError(f"unexpected message {message.kind!r} while idle")
 
-    def _await_reply(self) -> Message:
-        """Wait for the reply to a host call, serving nested runs that arrive first."""
+    def _await_reply(self, message: Message) -> Message:
+        """The reply to a host call, `message` the first message after the call: nested runs that arrive before
+        the reply are served."""
         while True:
-            message = self.channel.receive()
-            if message.kind == "reply":
+            kind = message.envelope["t"]
+            if kind == "reply":
                 return message
-            if message.kind == "run":
+            if kind == "run":
                 self._serve_run(message)
             else:
-                raise RuntimeError(f"unexpected message {message.kind!r} while waiting for a reply")
+                raise RuntimeError(f"unexpected message {kind!r} while waiting for a reply")
+            message = self.channel.receive()
 
     def _serve_run(self, message: Message) -> None:
         envelope = message.envelope
@@ -204,11 +221,16 @@ class Executor:
         self._send_done(frame, failure=failure, output=output, top_level=top_level)
 
     def _send_done(self, frame: Frame, *, failure: Failure | None, output: Any = None, top_level: bool) -> None:
-        envelope: dict[str, Any] = {"t": "done", "logs": frame.logs.finish(), "ok": failure is None}
+        if top_level:
+            self._consider_retiring()
+        logs = frame.logs.finish()
+        if failure is None and not logs:
+            self.channel.send_encoded(_DONE_OK_ENVELOPES[self.retire if top_level else None], output)
+            return
+        envelope: dict[str, Any] = {"t": "done", "logs": logs, "ok": failure is None}
         if failure is not None:
             envelope["failure"] = failure.as_wire()
         if top_level:
-            self._consider_retiring()
             envelope["retire"] = self.retire
         self.channel.send(envelope, output)
 
@@ -253,10 +275,9 @@ class Executor:
         if isinstance(program, LoadFailure):
             return None, program.failure
         event = message.value()
-        options = sl.EvalOptions(check_cancelled=frame.check_cancelled, max_callstack_size=self.settings.max_callstack)
         try:
             # ledger__entry returns the output as JSON text (see starlark_program).
-            text = program.call_with(options, "ledger__entry", event).value
+            text = program.call_with(self._options, "ledger__entry", event).value
             payload = text.encode()
         except sl.StarlarkError as error:
             return None, self._failure_of(frame, error)
@@ -274,10 +295,9 @@ class Executor:
         that brought the source, with its tool names and mode)."""
         tool_names = tuple(wire["tools"])
         mode = {"code_mode": bool(wire.get("code")), "natives": tuple(wire.get("natives", ALL_NATIVES))}
-        options = sl.EvalOptions(check_cancelled=frame.check_cancelled, max_callstack_size=self.settings.max_callstack)
         frame.loading = True
         try:
-            return self.loader.load(source, tool_names, options, **mode)
+            return self.loader.load(source, tool_names, self._options, **mode)
         except ProgramProblem as problem:
             return _Problematic(problem.problem, Failure(ACTION_FAILURE, _located(problem.problem)), True)
         except sl.StarlarkError as error:
@@ -327,14 +347,19 @@ class Executor:
                 ACTION_FAILURE, f"{_call_name(function, arguments_json)} cannot be called while the program loads; call it inside run()"
             ))
         payload = arguments_json.encode()
-        if len(payload) > self.settings.max_payload_bytes:
+        if len(payload) > self._max_payload_bytes:
             label = "the call to " + _call_name(function, arguments_json)
             self._record(frame, failures.payload_too_large(label, len(payload), self.settings.max_payload_bytes))
-        self.channel.send_encoded(_CALL_ENVELOPES[function], payload)
-        reply = self._await_reply()
-        if reply.envelope["ok"]:
+        channel = self.channel
+        channel.send_encoded(_CALL_ENVELOPES[function], payload)
+        reply = channel.receive()
+        envelope = reply.envelope
+        if envelope["t"] != "reply":  # a nested run first (a tool the host runs for this call)
+            reply = self._await_reply(reply)
+            envelope = reply.envelope
+        if envelope["ok"]:
             return _result_for_starlark(reply.payload)
-        self._record(frame, Failure.from_wire(reply.envelope["failure"]))
+        self._record(frame, Failure.from_wire(envelope["failure"]))
 
     def _print(self, line: str) -> None:
         frame = self.frames[-1]
@@ -369,7 +394,7 @@ class Executor:
 
     def _arm_cpu_backstop(self, deadline: float) -> None:
         remaining = max(deadline - time.monotonic(), 0.0)
-        limits.arm_cpu_backstop(remaining + limits.CPU_BACKSTOP_SLACK_SECONDS)
+        self._backstop.arm(remaining + limits.CPU_BACKSTOP_SLACK_SECONDS)
 
     def _consider_retiring(self) -> None:
         # Reading /proc costs ~8 µs; the peak RSS (one cheap syscall) only grows when a run

@@ -132,25 +132,31 @@ _READ_BYTES = 1 << 16  # what one read asks for at least
 
 
 # The envelopes each side sends as constants, encoded once (a host call's, `executor._CALL_ENVELOPES`; a
-# successful reply, `lease._REPLY_OK`): one such envelope is recognised by its bytes and read as a copy of
-# its dict, which is what orjson reads from those bytes, without the parse (~2.4k instructions a message,
-# one message each way a host call). Any other bytes, a constant encoded differently included, are parsed.
+# successful reply, `lease._REPLY_OK`; a run's done without logs, `executor._DONE_OK_ENVELOPES`): one such
+# envelope is recognised by its bytes and read as a fresh copy of its dict, which is what orjson reads from
+# those bytes, without the parse (~2.4k instructions a message, one message each way a host call). Any other
+# bytes, a constant encoded differently included, are parsed.
 _CONSTANT_ENVELOPES: dict[int, tuple[tuple[bytes, dict], ...]] = {}
 for _envelope in ({"t": "call", "fn": "graphql"}, {"t": "call", "fn": "cel"}, {"t": "call", "fn": "tool"},
-                  {"t": "reply", "ok": True}):
+                  {"t": "reply", "ok": True}, {"t": "done", "logs": [], "ok": True},
+                  {"t": "done", "logs": [], "ok": True, "retire": False},
+                  {"t": "done", "logs": [], "ok": True, "retire": True}):
     _encoded = orjson.dumps(_envelope)
     _CONSTANT_ENVELOPES[len(_encoded)] = (*_CONSTANT_ENVELOPES.get(len(_encoded), ()), (_encoded, _envelope))
 del _envelope, _encoded
 
 
-def _constant_envelope(buffer: bytearray, length: int) -> dict | None:
+def _constant_envelope(buffer: bytes | bytearray, length: int) -> dict | None:
     """The envelope at the start of a frame in `buffer` when it is one of `_CONSTANT_ENVELOPES` (a fresh
-    dict: a reader may keep or change it), else None."""
+    dict, its `logs` a fresh list: a reader may keep or change either), else None."""
     candidates = _CONSTANT_ENVELOPES.get(length)
     if candidates is not None:
         for encoded, envelope in candidates:
             if buffer.startswith(encoded, _HEADER.size):
-                return envelope.copy()
+                envelope = envelope.copy()
+                if "logs" in envelope:
+                    envelope["logs"] = []
+                return envelope
     return None
 
 
@@ -195,6 +201,25 @@ class Channel:
     def receive(self, deadline: float | None = None, max_payload_bytes: int | None = None) -> Message:
         """Read one message; `deadline` is a time.monotonic() value (None waits for ever)."""
         buffer = self._buffer
+        if not buffer:
+            # Most messages are the one frame a read brings (the peer wrote it whole and waits for the answer):
+            # taken from the read's bytes, without the buffer. Anything else is appended and read below.
+            if deadline is not None:
+                self._wait_readable(deadline)
+            data = os.read(self._read_fd, _READ_BYTES)
+            if not data:
+                raise ChannelClosed()
+            if len(data) >= _HEADER.size:
+                envelope_length, stored_payload_length = _HEADER.unpack_from(data)
+                envelope_end = _HEADER.size + envelope_length
+                if (len(data) == envelope_end + (stored_payload_length - 1 if stored_payload_length else 0)
+                        and envelope_length <= MAX_ENVELOPE_BYTES
+                        and (max_payload_bytes is None or len(data) - envelope_end <= max_payload_bytes)):
+                    envelope = _constant_envelope(data, envelope_length)
+                    if envelope is None:
+                        envelope = orjson.loads(data[_HEADER.size:envelope_end])
+                    return Message(envelope, data[envelope_end:] if stored_payload_length else None)
+            buffer += data
         if len(buffer) < _HEADER.size:
             self._fill(_HEADER.size, deadline)
         envelope_length, stored_payload_length = _HEADER.unpack_from(buffer)
