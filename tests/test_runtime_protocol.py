@@ -227,3 +227,47 @@ def test_a_frame_over_a_bound_is_refused_when_one_read_brings_it_whole(channels)
     os.write(a._write_fd, _frame(b'{"t":"done"}', b"x" * 100))
     with pytest.raises(FrameTooLarge):
         b.receive(time.monotonic() + 1, max_payload_bytes=99)
+
+
+class _Text(str):
+    pass
+
+
+JSON_TEXTS = ['"plain"', '""', '"é"', '"\\u00e9"', '"\\ud83d\\ude00"', '"\\ud800"', '"a\\nb\\t\\"\\\\\\/"', '"a\tb"',
+              '"\x7f"', '0', '-0', '7', '-7', '9223372036854775807', '-9223372036854775808', '18446744073709551615',
+              '18446744073709551616', '-9223372036854775809', '12345678901234567890123', '1.5', '1e5', '1e400', '-0.0',
+              'NaN', 'Infinity', '-Infinity', 'true', 'false', 'null', ' 1 ', '\n"x"\r', '\ufeff1', '', '1 2', '01',
+              '[1, "a", null]', '{"b": 1, "a": [2, {"c": 3}]}', '{"a": 1, "a": 2}', '[1.0]', '[' * 1100 + ']' * 1100,
+              "'a'", '"\\x41"']
+JSON_VALUES = ["plain", "", "é", "😀", "\ud800", "a\nb\t\"\\/\x00\x1f\x7f\u2028", _Text("sub"), None, True, False, 0, -7,
+               1 << 70, 0.1, 1.5, -0.0, 1e16, 1e-7, 5e-324, 1.7976931348623157e308, float("nan"), float("inf"),
+               float("-inf"), [1, "a"], {"b": 1, "a": None}, {1: 2}, (1, 2), object()]
+
+
+def _outcome_of_call(function, *args, **kwargs):
+    try:
+        value = function(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - the exception is the answer compared
+        return "raised", type(error), str(error)
+    return "returned", _typed(value), repr(value)
+
+
+def test_the_executors_json_functions_answer_as_the_standard_librarys_do():
+    """The executor child's `json.loads` and `json.dumps` (starlark-pyo3 converts every scalar through them):
+    the same value, type, key order and text, or the same exception, as the standard library's."""
+    import json as stdlib_json
+
+    from ledger.runtime.executor import _JSON_DUMPS, _JSON_LOADS, _json_dumps, _json_loads
+
+    assert _JSON_LOADS is stdlib_json.loads and _JSON_DUMPS is stdlib_json.dumps  # this process has the originals
+    for text in JSON_TEXTS + [_Text('"sub"')]:
+        for argument in (text, text.encode("utf-8", "surrogatepass")):
+            assert _outcome_of_call(_json_loads, argument) == _outcome_of_call(_JSON_LOADS, argument), text[:40]
+    assert _outcome_of_call(_json_loads, '{"a": 1.5}', parse_float=str) == _outcome_of_call(
+        _JSON_LOADS, '{"a": 1.5}', parse_float=str)
+    for value in JSON_VALUES:
+        assert _outcome_of_call(_json_dumps, value) == _outcome_of_call(_JSON_DUMPS, value), repr(value)
+        assert _outcome_of_call(_json_dumps, value, ensure_ascii=False) == _outcome_of_call(
+            _JSON_DUMPS, value, ensure_ascii=False), repr(value)
+        assert _outcome_of_call(_json_dumps, value, allow_nan=False) == _outcome_of_call(
+            _JSON_DUMPS, value, allow_nan=False), repr(value)

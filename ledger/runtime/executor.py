@@ -13,6 +13,8 @@ sees a failure code or a dead child, never a hurt server.
 from __future__ import annotations
 
 import functools
+import json
+import json.encoder
 import os
 import resource
 import sys
@@ -24,6 +26,7 @@ from typing import Any, NoReturn
 import orjson
 import starlark as sl
 
+from ledger.json_floats import holds_float
 from ledger.runtime import failures, limits
 from ledger.runtime.failures import ACTION_FAILURE, ACTION_RESOURCE_EXHAUSTED, Failure
 from ledger.runtime.limits import ExecutorSettings
@@ -471,6 +474,52 @@ def _located(problem: Problem) -> str:
     return f"{problem.message} (line {problem.line})" if problem.line is not None else problem.message
 
 
+# starlark-pyo3 converts every scalar crossing between Python and Starlark on its own: Python to Starlark, a
+# string, a float or None through `json.dumps(value)`; Starlark to Python, its JSON text through
+# `json.loads(text)` (containers it walks itself), each looked up on the json module at every conversion. Those
+# two calls are mostly the json module's Python (~85 opcodes and two regular-expression matches a `loads`, ~40
+# opcodes a `dumps`), one of each a host call and one a leaf of the event, so this process (the executor child
+# alone: `main`) replaces them with functions that answer exactly what they answer, the same text, the same
+# value, the same exception, doing the common cases in C and handing anything else to the originals.
+_JSON_DUMPS = json.dumps
+_JSON_LOADS = json.loads
+_ENCODE_STRING = json.encoder.encode_basestring_ascii  # what json.dumps writes for a str (ensure_ascii)
+_INFINITE = (float("inf"), float("-inf"))
+
+
+def _json_dumps(obj: Any, *args: Any, **kwargs: Any) -> str:
+    """`json.dumps`: a str, None or a finite float as `json.dumps(obj)` writes it (its default encoder's own
+    string escaper; `float.__repr__`, as its float encoder), anything else (or any option) by `json.dumps`."""
+    if not args and not kwargs:
+        kind = type(obj)
+        if kind is str:
+            return _ENCODE_STRING(obj)
+        if obj is None:
+            return "null"
+        if kind is float and obj == obj and obj not in _INFINITE:
+            return float.__repr__(obj)
+    return _JSON_DUMPS(obj, *args, **kwargs)
+
+
+def _json_loads(s: Any, *args: Any, **kwargs: Any) -> Any:
+    """`json.loads`: a str orjson reads without a float is orjson's value, which is then the standard library's
+    (orjson reads a number beyond 64 bits as a float, and refuses NaN, Infinity, lone surrogates and deep
+    nesting); anything else by `json.loads`, so its answer or its exception is the standard library's."""
+    if not args and not kwargs and type(s) is str:
+        try:
+            value = orjson.loads(s)
+        except orjson.JSONDecodeError:
+            return _JSON_LOADS(s)
+        if not holds_float(value):
+            return value
+    return _JSON_LOADS(s, *args, **kwargs)
+
+
+def _convert_scalars_in_c() -> None:
+    json.dumps = _json_dumps
+    json.loads = _json_loads
+
+
 def _take_over_stdio() -> Channel:
     """Move the wire off fds 0 and 1 so a stray write to stdout cannot corrupt it."""
     read_fd = os.dup(0)
@@ -483,13 +532,12 @@ def _take_over_stdio() -> Channel:
 
 
 def main(argv: list[str]) -> None:
-    import json
-
     settings = ExecutorSettings.from_dict(json.loads(argv[1]))
     limits.die_with_parent(int(argv[2]))
     channel = _take_over_stdio()
     # After the imports (they are not the program's to pay for), before any program.
     limits.apply_memory_limit(settings.memory_limit_bytes)
+    _convert_scalars_in_c()
     executor = Executor(channel, settings)
     try:
         executor.serve()
