@@ -137,7 +137,7 @@ def test_a_closed_peer_is_reported(channels):
 
 def test_constant_envelopes_are_read_as_orjson_reads_them_each_a_dict_of_its_own(channels):
     """A host call's and a successful reply's envelope, sent as constants, are recognised by their bytes
-    (`protocol._constant_envelope`): the same dict as orjson's parse, a new one each time; other envelopes of
+    (`protocol._envelope_of`): the same dict as orjson's parse, a new one each time; other envelopes of
     the same lengths, and the constants' keys in another order, are parsed."""
     from ledger.runtime.executor import _CALL_ENVELOPES
     from ledger.runtime.lease import _REPLY_OK

@@ -166,7 +166,10 @@ class ExecutorLease:
         if arguments is None:
             return _failure_reply(_MALFORMED_CALL)
         try:
-            value = _dispatch(host, function, arguments)
+            if function == "graphql":  # most calls: without `_dispatch`'s frame
+                value = host.graphql(arguments[0], arguments[1], arguments[2], arguments[3])
+            else:
+                value = _dispatch(host, function, arguments)
         except CallFailure as failure:
             return _failure_reply(Failure(failure.code, failure.message, failure.hint))
         except BaseException:
@@ -332,12 +335,9 @@ def _plain_graphql_arguments(payload: bytes | None) -> list | None:
     if type(document) is not str or type(check) is not bool or (
             operation_name is not None and type(operation_name) is not str):
         return None
-    if variables is not None:
-        if type(variables) is not dict:
-            return None
-        for value in variables.values():
-            if type(value) not in _FLAT_VALUES:
-                return None
+    if variables is not None and (type(variables) is not dict
+                                  or not _FLAT_VALUES.issuperset(map(type, variables.values()))):
+        return None
     return arguments
 
 

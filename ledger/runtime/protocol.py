@@ -33,6 +33,7 @@ import orjson
 from ..json_floats import holds_float
 
 _HEADER = struct.Struct("!II")
+_pack_header = _HEADER.pack
 
 # Envelopes carry kinds, keys, failure texts and bounded logs: never more than this.
 MAX_ENVELOPE_BYTES = 1 << 20
@@ -136,28 +137,25 @@ _READ_BYTES = 1 << 16  # what one read asks for at least
 # envelope is recognised by its bytes and read as a fresh copy of its dict, which is what orjson reads from
 # those bytes, without the parse (~2.4k instructions a message, one message each way a host call). Any other
 # bytes, a constant encoded differently included, are parsed.
-_CONSTANT_ENVELOPES: dict[int, tuple[tuple[bytes, dict], ...]] = {}
-for _envelope in ({"t": "call", "fn": "graphql"}, {"t": "call", "fn": "cel"}, {"t": "call", "fn": "tool"},
-                  {"t": "reply", "ok": True}, {"t": "done", "logs": [], "ok": True},
-                  {"t": "done", "logs": [], "ok": True, "retire": False},
-                  {"t": "done", "logs": [], "ok": True, "retire": True}):
-    _encoded = orjson.dumps(_envelope)
-    _CONSTANT_ENVELOPES[len(_encoded)] = (*_CONSTANT_ENVELOPES.get(len(_encoded), ()), (_encoded, _envelope))
-del _envelope, _encoded
+_CONSTANT_ENVELOPES: dict[bytes, dict] = {
+    orjson.dumps(envelope): envelope
+    for envelope in ({"t": "call", "fn": "graphql"}, {"t": "call", "fn": "cel"}, {"t": "call", "fn": "tool"},
+                     {"t": "reply", "ok": True}, {"t": "done", "logs": [], "ok": True},
+                     {"t": "done", "logs": [], "ok": True, "retire": False},
+                     {"t": "done", "logs": [], "ok": True, "retire": True})
+}
 
 
-def _constant_envelope(buffer: bytes | bytearray, length: int) -> dict | None:
-    """The envelope at the start of a frame in `buffer` when it is one of `_CONSTANT_ENVELOPES` (a fresh
-    dict, its `logs` a fresh list: a reader may keep or change either), else None."""
-    candidates = _CONSTANT_ENVELOPES.get(length)
-    if candidates is not None:
-        for encoded, envelope in candidates:
-            if buffer.startswith(encoded, _HEADER.size):
-                envelope = envelope.copy()
-                if "logs" in envelope:
-                    envelope["logs"] = []
-                return envelope
-    return None
+def _envelope_of(head: bytes) -> dict:
+    """The envelope encoded as `head`: a fresh copy of a constant's dict, its `logs` a fresh list (a reader may
+    keep or change either), or orjson's parse."""
+    constant = _CONSTANT_ENVELOPES.get(head)
+    if constant is None:
+        return orjson.loads(head)
+    envelope = constant.copy()
+    if "logs" in constant:
+        envelope["logs"] = []
+    return envelope
 
 
 class Channel:
@@ -183,7 +181,7 @@ class Channel:
         """`send` of an envelope already encoded (`orjson.dumps`), e.g. a constant one encoded once."""
         body = payload if payload is not None else b""
         # The payload length is stored plus one so that "no payload" (0) differs from an empty one.
-        data = b"".join((_HEADER.pack(len(head), len(body) + (payload is not None)), head, body))
+        data = b"".join((_pack_header(len(head), len(body) + (payload is not None)), head, body))
         try:
             # One write: a pipe takes a small frame whole; a large one may take several.
             written = os.write(self._write_fd, data)
@@ -215,10 +213,8 @@ class Channel:
                 if (len(data) == envelope_end + (stored_payload_length - 1 if stored_payload_length else 0)
                         and envelope_length <= MAX_ENVELOPE_BYTES
                         and (max_payload_bytes is None or len(data) - envelope_end <= max_payload_bytes)):
-                    envelope = _constant_envelope(data, envelope_length)
-                    if envelope is None:
-                        envelope = orjson.loads(data[_HEADER.size:envelope_end])
-                    return Message(envelope, data[envelope_end:] if stored_payload_length else None)
+                    return Message(_envelope_of(data[_HEADER.size:envelope_end]),
+                                   data[envelope_end:] if stored_payload_length else None)
             buffer += data
         if len(buffer) < _HEADER.size:
             self._fill(_HEADER.size, deadline)
@@ -234,9 +230,7 @@ class Channel:
         frame_end = envelope_end + payload_length
         if len(buffer) < frame_end:
             self._fill(frame_end, deadline)
-        envelope = _constant_envelope(buffer, envelope_length)
-        if envelope is None:
-            envelope = orjson.loads(buffer[_HEADER.size:envelope_end])
+        envelope = _envelope_of(bytes(buffer[_HEADER.size:envelope_end]))
         payload = bytes(buffer[envelope_end:frame_end]) if stored_payload_length else None
         del buffer[:frame_end]
         return Message(envelope, payload)
