@@ -64,3 +64,25 @@ def test_a_call_without_a_payload_is_malformed_either_way():
     message = Message({"t": "call", "fn": "graphql"}, None)
     assert _plain_graphql_arguments(None) is None
     assert _call_arguments("graphql", message) is None
+
+
+def test_a_runs_envelope_is_what_orjson_writes_for_its_dict_each_program_its_own_key():
+    """`_run_envelope` keeps each program's encoded head: the bytes equal `orjson.dumps` of the whole envelope,
+    and a program whose key is reused with another source, tool names or mode gets its own cache key."""
+    import orjson
+
+    from ledger.runtime.interface import Program
+    from ledger.runtime.lease import _cache_key, _run_envelope
+
+    programs = [Program(("t", "a", 1), "def run(event):\n    return 1\n"),
+                Program(("t", "a", 1), "def run(event):\n    return 2\n"),
+                Program(("t", "a", 1), "def run(event):\n    return 2\n", ("x",)),
+                Program(("t", "a", 1), "def run():\n    return 2\n", ("x",), code_mode=True, natives=("cel",)),
+                Program(("t", 'quote " and é', 2), "def run(event):\n    return 1\n"),
+                Program((["an", "unhashable", "key"],), "def run(event):\n    return 1\n")]
+    for deadline in (12345.678901234, 0.5, 7.0):
+        for program in programs * 2:
+            envelope = _run_envelope(program, deadline)
+            assert envelope == orjson.dumps({"t": "run", "key": _cache_key(program), "deadline": deadline})
+            assert orjson.loads(envelope)["deadline"] == deadline
+    assert len({orjson.loads(_run_envelope(program, 1.0))["key"] for program in programs}) == len(programs)

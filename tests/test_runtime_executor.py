@@ -573,3 +573,129 @@ def test_which_results_cross_as_json_text():
         {"s": "a\x00b", "t": "\\u0000"}, [[], {}, [[]], [{}]], [], {},
         _nested(99),
     )}
+
+
+def test_each_run_spends_its_own_step_budget_and_deadline_nested_runs_included():
+    """Every evaluation's step check goes to the run evaluating: a nested run is stopped at its own step budget
+    or deadline while its caller, which has spent little of either, carries on and finishes."""
+    spin = program("def run(event):\n    for i in range(2000000000):\n        pass\n")
+    caller = program(
+        "def run(event):\n"
+        "    n = 0\n"
+        "    for i in range(80000):\n"  # ~80 steps of the caller's own, before and after: 160 of its 200
+        "        n += 1\n"
+        "    r = tools.spin(1, check=False)\n"
+        "    for i in range(80000):\n"
+        "        n += 1\n"
+        "    return [r['status'], r['error']['code'], r['error']['message'], n]\n",
+        "spin",
+    )
+    with ExecutorPool(1, memory_limit_bytes=SMALL_MEMORY, step_budget=200, grace_seconds=5.0) as small:
+        with small.lease(timeout=10) as lease:
+            budget = lease.run(caller, {"data": None}, FakeHost(lease, {"spin": spin}), soon(60))
+    with ExecutorPool(1, memory_limit_bytes=SMALL_MEMORY, grace_seconds=5.0) as unbudgeted:
+        with unbudgeted.lease(timeout=10) as lease:
+            host = FakeHost(lease, {"spin": spin}, deadline=soon(0.5))
+            started = time.monotonic()
+            deadline = lease.run(caller, {"data": None}, host, soon(60))
+            assert time.monotonic() - started < 5
+    assert budget.ok, budget
+    assert budget.output[:2] == ["FAILED", "action_resource_exhausted"] and "step budget of 200" in budget.output[2]
+    assert budget.output[3] == 160000
+    assert deadline.ok, deadline
+    assert deadline.output[:2] == ["FAILED", "action_response_timeout"] and deadline.output[3] == 160000
+
+
+def _cpu_limit(pid: int) -> int:
+    with open(f"/proc/{pid}/limits") as limits:
+        for line in limits:
+            if line.startswith("Max cpu time"):
+                return int(line.split()[3])
+    raise AssertionError("no cpu time limit line")
+
+
+def test_the_cpu_backstop_follows_each_top_level_runs_deadline(pool):
+    """RLIMIT_CPU's soft limit is the CPU used so far plus the run's time left plus the slack, whole seconds,
+    set again for each top-level run: lowered for a shorter deadline, raised for a longer one."""
+    from ledger.runtime.limits import CPU_BACKSTOP_SLACK_SECONDS
+
+    quick = program("def run(event):\n    return 1\n")
+    with pool.lease() as lease:
+        limits = []
+        for seconds in (300, 300, 5, 5, 120):
+            assert lease.run(quick, {"data": None}, FakeHost(lease), soon(seconds)).ok
+            limits.append(_cpu_limit(lease.executor_pid))
+    for limit, seconds in zip(limits, (300, 300, 5, 5, 120)):
+        # The module's executors have used a few seconds of CPU at most.
+        assert seconds + CPU_BACKSTOP_SLACK_SECONDS <= limit <= seconds + CPU_BACKSTOP_SLACK_SECONDS + 30
+    assert limits[2] < limits[0] and limits[4] > limits[3]
+
+
+def test_the_cpu_backstop_sets_the_limit_only_when_it_changes(monkeypatch):
+    import resource
+
+    from ledger.runtime import limits
+
+    calls = []
+    monkeypatch.setattr(limits.resource, "setrlimit", lambda which, value: calls.append((which, value)))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    monkeypatch.setattr(limits.resource, "getrusage", lambda who: usage)  # no CPU second passes meanwhile
+    backstop = limits.CpuBackstop()
+    backstop.arm(3600)
+    backstop.arm(3600)
+    backstop.arm(60)
+    assert [which for which, _ in calls] == [resource.RLIMIT_CPU, resource.RLIMIT_CPU]
+    assert calls[0][1][0] > calls[1][1][0] and calls[1][1][1] == backstop._hard
+
+
+def test_a_request_arriving_as_an_executor_comes_free_queues_behind_those_already_waiting(shared_pool):
+    """An idle executor goes to the earliest servable waiter, never to a request that arrives after it, even
+    one that finds the executor idle before the waiter has woken."""
+    from ledger.runtime import ExecutorWaitTimedOut
+
+    held = [shared_pool.lease(timeout=5, tenant=tenant) for tenant in ("a", "a", "b")]
+    served = []
+    waiter = threading.Thread(target=lambda: served.append(shared_pool.lease(timeout=10, tenant="c")))
+    waiter.start()
+    try:
+        _wait_for(lambda: shared_pool.waiting() == 1)
+        with shared_pool._condition:  # the waiter cannot take the executor before the late request asks
+            held.pop().release()
+            with pytest.raises(ExecutorWaitTimedOut):
+                shared_pool.lease(timeout=0.2, tenant="d")
+        waiter.join(10)
+        assert len(served) == 1 and served[0].executor_pid is not None
+    finally:
+        for lease in held + served:
+            lease.release()
+        waiter.join(10)
+    assert [shared_pool.held_by(tenant) for tenant in "abcd"] == [0, 0, 0, 0]
+
+
+def test_an_idle_executor_that_died_unseen_is_replaced_when_next_leased(pool):
+    import os
+    import signal
+
+    with pool.lease() as lease:
+        assert lease.run(program("def run(event):\n    return 1\n"), {}, FakeHost(lease), soon()).ok
+        pid = lease.executor_pid
+    os.kill(pid, signal.SIGKILL)
+    _wait_for(lambda: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z")
+    with pool.lease(timeout=10) as lease:
+        outcome = lease.run(program("def run(event):\n    return 'alive'\n"), {}, FakeHost(lease), soon())
+        assert outcome.output == "alive" and lease.executor_pid != pid
+
+
+def test_a_dict_output_is_checked_as_any_output_flat_or_not(pool):
+    """An output that is a dict of strings, integers, booleans and None is taken as it is; any other dict is
+    checked in full, with the same refusals as a value anywhere else."""
+    for returned, what in (("{'x': struct(a = 1)}", "a value of type `struct`"), ("{'x': run}", "`function`"),
+                           ("{1: 2}", "a dict key of type `int`"), ("{'x': float('nan')}", "not a finite number"),
+                           ("{'x': {1: 2}}", "a dict key of type `int`"), ("{'x': None, 2: 'y'}", "key of type `int`")):
+        outcome = run(pool, f"def run(event):\n    return {returned}\n")
+        assert outcome.error_code == "action_failure", returned
+        assert outcome.error_message.startswith("run() must return JSON values") and what in outcome.error_message
+    flat = {"s": "é", "n": -(1 << 70), "b": True, "z": None, "f": 2.5, "l": [1], "d": {"x": 1}}
+    outcome = run(pool, "def run(event):\n    return event['data']\n", {"data": flat})
+    assert outcome.ok and outcome.output == flat and list(outcome.output) == list(flat)
+    assert run(pool, "def run(event):\n    return {}\n").output == {}

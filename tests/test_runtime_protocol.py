@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import struct
 import time
 import uuid
 
@@ -136,7 +137,7 @@ def test_a_closed_peer_is_reported(channels):
 
 def test_constant_envelopes_are_read_as_orjson_reads_them_each_a_dict_of_its_own(channels):
     """A host call's and a successful reply's envelope, sent as constants, are recognised by their bytes
-    (`protocol._constant_envelope`): the same dict as orjson's parse, a new one each time; other envelopes of
+    (`protocol._envelope_of`): the same dict as orjson's parse, a new one each time; other envelopes of
     the same lengths, and the constants' keys in another order, are parsed."""
     from ledger.runtime.executor import _CALL_ENVELOPES
     from ledger.runtime.lease import _REPLY_OK
@@ -155,3 +156,118 @@ def test_constant_envelopes_are_read_as_orjson_reads_them_each_a_dict_of_its_own
     b.receive().envelope["changed"] = True
     a.send_encoded(_REPLY_OK)
     assert b.receive().envelope == {"t": "reply", "ok": True}
+
+
+def test_a_done_without_logs_is_read_without_a_parse_its_logs_a_list_of_its_own(channels, monkeypatch):
+    """The executor's done envelopes of a run that succeeded without a print() line are constants the reader
+    recognises by their bytes: the same dict as orjson's parse, and each message's `logs` a new list (a
+    `RunOutcome` keeps it; one changed must not change the next)."""
+    from ledger.runtime import protocol
+    from ledger.runtime.executor import _DONE_OK_ENVELOPES
+
+    a, b = channels
+    parsed = []
+    real_loads = orjson.loads
+    monkeypatch.setattr(protocol.orjson, "loads", lambda data: parsed.append(bytes(data)) or real_loads(data))
+    for encoded in _DONE_OK_ENVELOPES.values():
+        a.send_encoded(encoded, b"{}")
+        a.send_encoded(encoded, b"{}")
+        first, second = b.receive(), b.receive()
+        assert first.envelope == real_loads(encoded) and list(first.envelope) == list(real_loads(encoded))
+        first.envelope["logs"].append("changed")
+        assert second.envelope["logs"] == [] and first.envelope is not second.envelope
+    assert parsed == []
+    a.send({"t": "done", "logs": ["a line"], "ok": True, "retire": False}, b"{}")
+    assert b.receive().envelope["logs"] == ["a line"] and len(parsed) == 1
+
+
+def _frame(head: bytes, payload: bytes | None) -> bytes:
+    body = payload if payload is not None else b""
+    return struct.pack("!II", len(head), len(body) + (payload is not None)) + head + body
+
+
+FRAMES = [(b'{"t":"reply","ok":true}', b'{"financial":{"account":{"balance":120}}}'),
+          (b'{"t":"call","fn":"graphql"}', b'["{ x }",null,null,true]'),
+          (b'{"t":"need_source"}', None), (b'{"t":"reply"}', b""),
+          (b'{"t":"done","logs":["x"],"ok":true,"retire":false}', b"[" + b"1," * 100_000 + b"1]")]
+
+
+def test_a_frame_reads_the_same_whole_in_one_read_in_pieces_or_beside_the_next(channels):
+    """A frame that one read brings whole is cut from that read's bytes; one split over reads, or sharing a
+    read with the next frame, goes through the buffer: the same messages either way, in order."""
+    import threading
+
+    a, b = channels
+    expected = [(orjson.loads(head), payload) for head, payload in FRAMES]
+
+    def exchange(writes: list[bytes], count: int) -> list:
+        # Written by another thread, a pause after each write, so that each write is a read of its own.
+        def write() -> None:
+            for data in writes:
+                os.write(a._write_fd, data)
+                time.sleep(0.02)
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            return [(m.envelope, m.payload) for m in (b.receive(time.monotonic() + 5) for _ in range(count))]
+        finally:
+            writer.join()
+
+    frames = [_frame(head, payload) for head, payload in FRAMES]
+    assert exchange(frames, len(frames)) == expected  # one frame a write (the last is larger than a read)
+    assert exchange([b"".join(frames)], len(frames)) == expected  # all in one write
+    # Each split: the header alone, then part of the envelope, then the rest.
+    assert exchange([piece for data in frames for piece in (data[:5], data[5:12], data[12:])], len(frames)) == expected
+    # A whole frame and part of the next, then the rest of it.
+    assert exchange([frames[0] + frames[1][:10], frames[1][10:]], 2) == expected[:2]
+
+
+def test_a_frame_over_a_bound_is_refused_when_one_read_brings_it_whole(channels):
+    a, b = channels
+    os.write(a._write_fd, _frame(b'{"t":"done"}', b"x" * 100))
+    with pytest.raises(FrameTooLarge):
+        b.receive(time.monotonic() + 1, max_payload_bytes=99)
+
+
+class _Text(str):
+    pass
+
+
+JSON_TEXTS = ['"plain"', '""', '"é"', '"\\u00e9"', '"\\ud83d\\ude00"', '"\\ud800"', '"a\\nb\\t\\"\\\\\\/"', '"a\tb"',
+              '"\x7f"', '0', '-0', '7', '-7', '9223372036854775807', '-9223372036854775808', '18446744073709551615',
+              '18446744073709551616', '-9223372036854775809', '12345678901234567890123', '1.5', '1e5', '1e400', '-0.0',
+              'NaN', 'Infinity', '-Infinity', 'true', 'false', 'null', ' 1 ', '\n"x"\r', '\ufeff1', '', '1 2', '01',
+              '[1, "a", null]', '{"b": 1, "a": [2, {"c": 3}]}', '{"a": 1, "a": 2}', '[1.0]', '[' * 1100 + ']' * 1100,
+              "'a'", '"\\x41"']
+JSON_VALUES = ["plain", "", "é", "😀", "\ud800", "a\nb\t\"\\/\x00\x1f\x7f\u2028", _Text("sub"), None, True, False, 0, -7,
+               1 << 70, 0.1, 1.5, -0.0, 1e16, 1e-7, 5e-324, 1.7976931348623157e308, float("nan"), float("inf"),
+               float("-inf"), [1, "a"], {"b": 1, "a": None}, {1: 2}, (1, 2), object()]
+
+
+def _outcome_of_call(function, *args, **kwargs):
+    try:
+        value = function(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - the exception is the answer compared
+        return "raised", type(error), str(error)
+    return "returned", _typed(value), repr(value)
+
+
+def test_the_executors_json_functions_answer_as_the_standard_librarys_do():
+    """The executor child's `json.loads` and `json.dumps` (starlark-pyo3 converts every scalar through them):
+    the same value, type, key order and text, or the same exception, as the standard library's."""
+    import json as stdlib_json
+
+    from ledger.runtime.executor import _JSON_DUMPS, _JSON_LOADS, _json_dumps, _json_loads
+
+    assert _JSON_LOADS is stdlib_json.loads and _JSON_DUMPS is stdlib_json.dumps  # this process has the originals
+    for text in JSON_TEXTS + [_Text('"sub"')]:
+        for argument in (text, text.encode("utf-8", "surrogatepass")):
+            assert _outcome_of_call(_json_loads, argument) == _outcome_of_call(_JSON_LOADS, argument), text[:40]
+    assert _outcome_of_call(_json_loads, '{"a": 1.5}', parse_float=str) == _outcome_of_call(
+        _JSON_LOADS, '{"a": 1.5}', parse_float=str)
+    for value in JSON_VALUES:
+        assert _outcome_of_call(_json_dumps, value) == _outcome_of_call(_JSON_DUMPS, value), repr(value)
+        assert _outcome_of_call(_json_dumps, value, ensure_ascii=False) == _outcome_of_call(
+            _JSON_DUMPS, value, ensure_ascii=False), repr(value)
+        assert _outcome_of_call(_json_dumps, value, allow_nan=False) == _outcome_of_call(
+            _JSON_DUMPS, value, allow_nan=False), repr(value)

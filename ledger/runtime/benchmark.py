@@ -11,6 +11,11 @@ call tree, `bench/fixtures.py` READS_SRC) against a host that answers at once, o
 once with the executor process's instrumentation on, and dumps that process's counts
 (`callgrind.out.<executor pid>`; its total / reads = the sandbox's instructions per read). The server's
 side stays uninstrumented; the counts are deterministic whatever else the machine runs.
+
+`--side server` counts this process instead (the lease, the pipe's server side and the trivial host, the
+executor not traced: run without `--trace-children`), dumped as `callgrind.out.<this pid>`. `--runs N`
+instead of a tree counts N top-level runs of a no-op program, each on its own lease (leased, run, given
+back), as a queued no-op execution runs: total / N per run.
 """
 
 from __future__ import annotations
@@ -108,32 +113,48 @@ def main() -> None:
             _report("nested tool run", lambda batch: run(nesting, 1000), 1000)
 
 
-def count_tree_instructions(reads: int) -> None:
-    """The sandbox's instructions over one tree of `reads` graphql() reads (see the module's doc)."""
+NOOP_SOURCE = "def run(event):\n    return {}\n"  # the bench's no-op tool (`bench/fixtures.py` NOOP_SRC)
+
+
+def count_tree_instructions(reads: int, *, side: str = "executor", runs: int = 0) -> None:
+    """The sandbox's (or this process's) instructions over one tree of `reads` graphql() reads, or over `runs`
+    leased no-op runs (see the module's doc)."""
+    import os
+
     # Valgrind needs more address space than the executor's usual bound, and starts it slowly.
     with ExecutorPool(1, memory_limit_bytes=64 << 30, startup_timeout=600.0) as pool:
-        program = Program(("bench", "reads"), READS_SOURCE)
-        event = {"data": {"n": reads, "account_id": "6f1f5a2e-8a8e-4c3e-9d1e-0c7b3f6f2a10"}}
+        if runs:
+            program = Program(("bench", "noop"), NOOP_SOURCE)
+
+            def workload() -> None:
+                for index in range(runs):
+                    with pool.lease(60.0, tenant="bench") as lease:
+                        event = {"data": {}, "session": None, "index": index}
+                        outcome = lease.run(program, event, _Host(lease, {}), time.monotonic() + 60)
+                        assert outcome.ok and outcome.output == {}, outcome
+            what = f"{runs} leased no-op runs"
+        else:
+            program = Program(("bench", "reads"), READS_SOURCE)
+            event = {"data": {"n": reads, "account_id": "6f1f5a2e-8a8e-4c3e-9d1e-0c7b3f6f2a10"}}
+
+            def workload() -> None:
+                with pool.lease() as lease:
+                    outcome = lease.run(program, event, _ReadHost(lease, {}), time.monotonic() + 3600)
+                    assert outcome.ok and outcome.output == {"reads": reads}, outcome
+            what = f"one tree of {reads} reads"
+        workload()  # load and warm up
         with pool.lease() as lease:
-            host = _ReadHost(lease, {})
+            pid = str(os.getpid() if side == "server" else lease.executor_pid)
 
-            def tree() -> None:
-                outcome = lease.run(program, event, host, time.monotonic() + 3600)
-                assert outcome.ok and outcome.output == {"reads": reads}, outcome
+        def callgrind(*flags: str) -> None:
+            subprocess.run(["callgrind_control", *flags, pid], check=True, capture_output=True)
 
-            tree()  # load and warm up
-            pid = str(lease.executor_pid)
-
-            def callgrind(*flags: str) -> None:
-                subprocess.run(["callgrind_control", *flags, pid], check=True, capture_output=True)
-
-            callgrind("-z")
-            callgrind("-i", "on")
-            tree()
-            callgrind("-i", "off")
-            callgrind("-d", "tree")
-            print(f"callgrind: the executor's process {pid} over one tree of {reads} reads dumped"
-                  f" (callgrind.out.{pid}.*; total / {reads} per read)")
+        callgrind("-z")
+        callgrind("-i", "on")
+        workload()
+        callgrind("-i", "off")
+        callgrind("-d", "tree")
+        print(f"callgrind: the {side}'s process {pid} over {what} dumped (callgrind.out.{pid}.*)")
 
 
 if __name__ == "__main__":
@@ -141,8 +162,11 @@ if __name__ == "__main__":
     parser.add_argument("--callgrind", action="store_true",
                         help="count the executor's instructions over a tree of reads (run under valgrind)")
     parser.add_argument("--reads", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=0, help="count N leased no-op runs instead of a tree")
+    parser.add_argument("--side", choices=("executor", "server"), default="executor",
+                        help="which process --callgrind counts")
     arguments = parser.parse_args()
     if arguments.callgrind:
-        count_tree_instructions(arguments.reads)
+        count_tree_instructions(arguments.reads, side=arguments.side, runs=arguments.runs)
     else:
         main()

@@ -13,6 +13,8 @@ sees a failure code or a dead child, never a hurt server.
 from __future__ import annotations
 
 import functools
+import json
+import json.encoder
 import os
 import resource
 import sys
@@ -24,6 +26,7 @@ from typing import Any, NoReturn
 import orjson
 import starlark as sl
 
+from ledger.json_floats import holds_float
 from ledger.runtime import failures, limits
 from ledger.runtime.failures import ACTION_FAILURE, ACTION_RESOURCE_EXHAUSTED, Failure
 from ledger.runtime.limits import ExecutorSettings
@@ -40,6 +43,13 @@ from ledger.runtime.starlark_program import (
 
 # The envelopes of the host calls the prelude makes, encoded once (a tree of 1,000 reads sends 1,000).
 _CALL_ENVELOPES = {function: orjson.dumps({"t": "call", "fn": function}) for function in ("graphql", "cel", "tool")}
+# The envelope of a run that succeeded without a print() line, encoded once: nested (None) or top-level,
+# with its `retire`. Most runs end so; any other done is encoded as it is built.
+_DONE_OK_ENVELOPES = {
+    None: orjson.dumps({"t": "done", "logs": [], "ok": True}),
+    False: orjson.dumps({"t": "done", "logs": [], "ok": True, "retire": False}),
+    True: orjson.dumps({"t": "done", "logs": [], "ok": True, "retire": True}),
+}
 
 
 class RecordedFailure(Exception):
@@ -50,7 +60,7 @@ class RecordedFailure(Exception):
     """
 
 
-@dataclass
+@dataclass(slots=True)
 class LogBuffer:
     max_lines: int
     max_bytes: int
@@ -81,7 +91,7 @@ class LogBuffer:
         ]
 
 
-@dataclass
+@dataclass(slots=True)
 class Frame:
     """One run (or one compile) in progress in this executor."""
 
@@ -158,6 +168,14 @@ class Executor:
         # MemoryError, or when its address space grew large); reported with the top-level done.
         self.retire = False
         self._peak_rss_checked = 0
+        self._backstop = limits.CpuBackstop()
+        self._max_payload_bytes = settings.max_payload_bytes
+        # One set of options for every evaluation: its check goes to the innermost frame, the only one
+        # evaluating (an outer run waits inside a host call), so no run builds its own.
+        self._options = sl.EvalOptions(check_cancelled=self._check_cancelled, max_callstack_size=settings.max_callstack)
+
+    def _check_cancelled(self) -> bool:
+        return self.frames[-1].check_cancelled()
 
     # --- serving ----------------------------------------------------------------------------
 
@@ -172,16 +190,18 @@ class Executor:
             else:
                 raise RuntimeError(f"unexpected message {message.kind!r} while idle")
 
-    def _await_reply(self) -> Message:
-        """Wait for the reply to a host call, serving nested runs that arrive first."""
+    def _await_reply(self, message: Message) -> Message:
+        """The reply to a host call, `message` the first message after the call: nested runs that arrive before
+        the reply are served."""
         while True:
-            message = self.channel.receive()
-            if message.kind == "reply":
+            kind = message.envelope["t"]
+            if kind == "reply":
                 return message
-            if message.kind == "run":
+            if kind == "run":
                 self._serve_run(message)
             else:
-                raise RuntimeError(f"unexpected message {message.kind!r} while waiting for a reply")
+                raise RuntimeError(f"unexpected message {kind!r} while waiting for a reply")
+            message = self.channel.receive()
 
     def _serve_run(self, message: Message) -> None:
         envelope = message.envelope
@@ -204,11 +224,16 @@ class Executor:
         self._send_done(frame, failure=failure, output=output, top_level=top_level)
 
     def _send_done(self, frame: Frame, *, failure: Failure | None, output: Any = None, top_level: bool) -> None:
-        envelope: dict[str, Any] = {"t": "done", "logs": frame.logs.finish(), "ok": failure is None}
+        if top_level:
+            self._consider_retiring()
+        logs = frame.logs.finish()
+        if failure is None and not logs:
+            self.channel.send_encoded(_DONE_OK_ENVELOPES[self.retire if top_level else None], output)
+            return
+        envelope: dict[str, Any] = {"t": "done", "logs": logs, "ok": failure is None}
         if failure is not None:
             envelope["failure"] = failure.as_wire()
         if top_level:
-            self._consider_retiring()
             envelope["retire"] = self.retire
         self.channel.send(envelope, output)
 
@@ -253,10 +278,9 @@ class Executor:
         if isinstance(program, LoadFailure):
             return None, program.failure
         event = message.value()
-        options = sl.EvalOptions(check_cancelled=frame.check_cancelled, max_callstack_size=self.settings.max_callstack)
         try:
             # ledger__entry returns the output as JSON text (see starlark_program).
-            text = program.call_with(options, "ledger__entry", event).value
+            text = program.call_with(self._options, "ledger__entry", event).value
             payload = text.encode()
         except sl.StarlarkError as error:
             return None, self._failure_of(frame, error)
@@ -274,10 +298,9 @@ class Executor:
         that brought the source, with its tool names and mode)."""
         tool_names = tuple(wire["tools"])
         mode = {"code_mode": bool(wire.get("code")), "natives": tuple(wire.get("natives", ALL_NATIVES))}
-        options = sl.EvalOptions(check_cancelled=frame.check_cancelled, max_callstack_size=self.settings.max_callstack)
         frame.loading = True
         try:
-            return self.loader.load(source, tool_names, options, **mode)
+            return self.loader.load(source, tool_names, self._options, **mode)
         except ProgramProblem as problem:
             return _Problematic(problem.problem, Failure(ACTION_FAILURE, _located(problem.problem)), True)
         except sl.StarlarkError as error:
@@ -327,14 +350,19 @@ class Executor:
                 ACTION_FAILURE, f"{_call_name(function, arguments_json)} cannot be called while the program loads; call it inside run()"
             ))
         payload = arguments_json.encode()
-        if len(payload) > self.settings.max_payload_bytes:
+        if len(payload) > self._max_payload_bytes:
             label = "the call to " + _call_name(function, arguments_json)
             self._record(frame, failures.payload_too_large(label, len(payload), self.settings.max_payload_bytes))
-        self.channel.send_encoded(_CALL_ENVELOPES[function], payload)
-        reply = self._await_reply()
-        if reply.envelope["ok"]:
+        channel = self.channel
+        channel.send_encoded(_CALL_ENVELOPES[function], payload)
+        reply = channel.receive()
+        envelope = reply.envelope
+        if envelope["t"] != "reply":  # a nested run first (a tool the host runs for this call)
+            reply = self._await_reply(reply)
+            envelope = reply.envelope
+        if envelope["ok"]:
             return _result_for_starlark(reply.payload)
-        self._record(frame, Failure.from_wire(reply.envelope["failure"]))
+        self._record(frame, Failure.from_wire(envelope["failure"]))
 
     def _print(self, line: str) -> None:
         frame = self.frames[-1]
@@ -369,7 +397,7 @@ class Executor:
 
     def _arm_cpu_backstop(self, deadline: float) -> None:
         remaining = max(deadline - time.monotonic(), 0.0)
-        limits.arm_cpu_backstop(remaining + limits.CPU_BACKSTOP_SLACK_SECONDS)
+        self._backstop.arm(remaining + limits.CPU_BACKSTOP_SLACK_SECONDS)
 
     def _consider_retiring(self) -> None:
         # Reading /proc costs ~8 µs; the peak RSS (one cheap syscall) only grows when a run
@@ -446,6 +474,52 @@ def _located(problem: Problem) -> str:
     return f"{problem.message} (line {problem.line})" if problem.line is not None else problem.message
 
 
+# starlark-pyo3 converts every scalar crossing between Python and Starlark on its own: Python to Starlark, a
+# string, a float or None through `json.dumps(value)`; Starlark to Python, its JSON text through
+# `json.loads(text)` (containers it walks itself), each looked up on the json module at every conversion. Those
+# two calls are mostly the json module's Python (~85 opcodes and two regular-expression matches a `loads`, ~40
+# opcodes a `dumps`), one of each a host call and one a leaf of the event, so this process (the executor child
+# alone: `main`) replaces them with functions that answer exactly what they answer, the same text, the same
+# value, the same exception, doing the common cases in C and handing anything else to the originals.
+_JSON_DUMPS = json.dumps
+_JSON_LOADS = json.loads
+_ENCODE_STRING = json.encoder.encode_basestring_ascii  # what json.dumps writes for a str (ensure_ascii)
+_INFINITE = (float("inf"), float("-inf"))
+
+
+def _json_dumps(obj: Any, *args: Any, **kwargs: Any) -> str:
+    """`json.dumps`: a str, None or a finite float as `json.dumps(obj)` writes it (its default encoder's own
+    string escaper; `float.__repr__`, as its float encoder), anything else (or any option) by `json.dumps`."""
+    if not args and not kwargs:
+        kind = type(obj)
+        if kind is str:
+            return _ENCODE_STRING(obj)
+        if obj is None:
+            return "null"
+        if kind is float and obj == obj and obj not in _INFINITE:
+            return float.__repr__(obj)
+    return _JSON_DUMPS(obj, *args, **kwargs)
+
+
+def _json_loads(s: Any, *args: Any, **kwargs: Any) -> Any:
+    """`json.loads`: a str orjson reads without a float is orjson's value, which is then the standard library's
+    (orjson reads a number beyond 64 bits as a float, and refuses NaN, Infinity, lone surrogates and deep
+    nesting); anything else by `json.loads`, so its answer or its exception is the standard library's."""
+    if not args and not kwargs and type(s) is str:
+        try:
+            value = orjson.loads(s)
+        except orjson.JSONDecodeError:
+            return _JSON_LOADS(s)
+        if not holds_float(value):
+            return value
+    return _JSON_LOADS(s, *args, **kwargs)
+
+
+def _convert_scalars_in_c() -> None:
+    json.dumps = _json_dumps
+    json.loads = _json_loads
+
+
 def _take_over_stdio() -> Channel:
     """Move the wire off fds 0 and 1 so a stray write to stdout cannot corrupt it."""
     read_fd = os.dup(0)
@@ -458,13 +532,12 @@ def _take_over_stdio() -> Channel:
 
 
 def main(argv: list[str]) -> None:
-    import json
-
     settings = ExecutorSettings.from_dict(json.loads(argv[1]))
     limits.die_with_parent(int(argv[2]))
     channel = _take_over_stdio()
     # After the imports (they are not the program's to pay for), before any program.
     limits.apply_memory_limit(settings.memory_limit_bytes)
+    _convert_scalars_in_c()
     executor = Executor(channel, settings)
     try:
         executor.serve()

@@ -26,6 +26,7 @@ from ledger.runtime.failures import Failure
 from ledger.runtime.interface import CallFailure, Host, Program, RunOutcome
 from ledger.runtime.process import ExecutorProcess
 from ledger.runtime.protocol import (
+    MAX_ENVELOPE_BYTES,
     ChannelClosed,
     FrameTooLarge,
     Message,
@@ -59,6 +60,8 @@ class ExecutorLease:
         self._pool = pool
         self._tenant = tenant  # a replacement executor is leased for the same tenant
         self._process: ExecutorProcess | None = process
+        # The pool asked whether `process` lives as it leased it: the first top-level run asks no more.
+        self._just_leased = True
         self._settings = pool.settings
         self._grace = pool.grace_seconds
         self._depth = 0
@@ -115,7 +118,7 @@ class ExecutorLease:
         assert process is not None
         self._depth += 1
         try:
-            self._send(process, {"t": "run", "key": _cache_key(program), "deadline": deadline}, event_payload)
+            self._send(process, _run_envelope(program, deadline), event_payload)
             return self._serve(process, program, host, deadline)
         except _ExecutorLost as lost:
             return _outcome(lost.failure)
@@ -123,20 +126,31 @@ class ExecutorLease:
             self._depth -= 1
 
     def _serve(self, process: ExecutorProcess, program: Program, host: Host, deadline: float) -> RunOutcome:
+        # The loop of every host call: the channel's receive and send called here, their failures handled as
+        # `_receive` and `_send` handle them (one Python call each a message instead of three).
+        channel = process.channel
+        receive_deadline = deadline + self._grace
+        bound = self._settings.max_payload_bytes + MAX_ENVELOPE_BYTES
         while True:
-            message = self._receive(process, deadline + self._grace)
-            kind = message.kind
-            if kind == "done":
-                if message.envelope.get("retire"):
-                    process.retiring = True
-                return _outcome_of(message)
+            try:
+                message = channel.receive(receive_deadline, bound)
+            except (ReceiveTimeout, ChannelClosed, FrameTooLarge) as error:
+                self._lose_receiving(process, error)
+            kind = message.envelope["t"]
             if kind == "call":
-                reply = self._answer(process, message, host, deadline)
+                head, payload = self._answer(process, message, host, deadline)
                 if self._process is not process:
                     # A nested run lost the executor while this frame waited: it is gone too.
                     assert self._broken is not None
                     return _outcome(self._broken)
-                self._send(process, *reply)
+                try:
+                    channel.send_encoded(head, payload)
+                except ChannelClosed:
+                    self._lose_dead(process)
+            elif kind == "done":
+                if message.envelope.get("retire"):
+                    process.retiring = True
+                return _outcome_of(message)
             elif kind == "need_source":
                 self._send(process, {"t": "source", "source": program.source, **program.wire()})
             else:
@@ -144,7 +158,7 @@ class ExecutorLease:
 
     def _answer(
         self, process: ExecutorProcess, message: Message, host: Host, deadline: float
-    ) -> tuple[dict[str, Any] | bytes, bytes | None]:
+    ) -> tuple[bytes, bytes | None]:
         function = message.envelope["fn"]
         if time.monotonic() >= deadline:
             return _failure_reply(failures.response_timeout())
@@ -152,7 +166,10 @@ class ExecutorLease:
         if arguments is None:
             return _failure_reply(_MALFORMED_CALL)
         try:
-            value = _dispatch(host, function, arguments)
+            if function == "graphql":  # most calls: without `_dispatch`'s frame
+                value = host.graphql(arguments[0], arguments[1], arguments[2], arguments[3])
+            else:
+                value = _dispatch(host, function, arguments)
         except CallFailure as failure:
             return _failure_reply(Failure(failure.code, failure.message, failure.hint))
         except BaseException:
@@ -219,6 +236,10 @@ class ExecutorLease:
 
     def _ensure_fresh_process(self, deadline: float) -> None:
         process = self._process
+        if self._just_leased:
+            self._just_leased = False
+            if process is not None:
+                return
         if process is not None and process.is_alive() and not process.retiring:
             return
         if process is not None:
@@ -235,15 +256,18 @@ class ExecutorLease:
     def _receive(self, process: ExecutorProcess, deadline: float) -> Message:
         try:
             return process.receive(deadline)
-        except ReceiveTimeout:
+        except (ReceiveTimeout, ChannelClosed, FrameTooLarge) as error:
+            self._lose_receiving(process, error)
+
+    def _lose_receiving(self, process: ExecutorProcess, error: Exception) -> NoReturn:
+        if isinstance(error, ReceiveTimeout):
             self._lose(process, failures.executor_stopped_after_timeout())
-        except ChannelClosed:
+        if isinstance(error, ChannelClosed):
             self._lose_dead(process)
-        except FrameTooLarge as error:
-            self._lose(
-                process,
-                Failure(failures.ACTION_RESOURCE_EXHAUSTED, f"the executor sent a message over the size bound ({error})"),
-            )
+        self._lose(
+            process,
+            Failure(failures.ACTION_RESOURCE_EXHAUSTED, f"the executor sent a message over the size bound ({error})"),
+        )
 
     def _lose_dead(self, process: ExecutorProcess) -> NoReturn:
         status = process.exit_status()
@@ -311,12 +335,9 @@ def _plain_graphql_arguments(payload: bytes | None) -> list | None:
     if type(document) is not str or type(check) is not bool or (
             operation_name is not None and type(operation_name) is not str):
         return None
-    if variables is not None:
-        if type(variables) is not dict:
-            return None
-        for value in variables.values():
-            if type(value) not in _FLAT_VALUES:
-                return None
+    if variables is not None and (type(variables) is not dict
+                                  or not _FLAT_VALUES.issuperset(map(type, variables.values()))):
+        return None
     return arguments
 
 
@@ -338,13 +359,36 @@ def _dispatch(host: Host, function: str, arguments: list) -> Any:
 _REPLY_OK = orjson.dumps({"t": "reply", "ok": True})
 
 
-def _failure_reply(failure: Failure) -> tuple[dict[str, Any], None]:
-    return {"t": "reply", "ok": False, "failure": failure.as_wire()}, None
+def _failure_reply(failure: Failure) -> tuple[bytes, None]:
+    return orjson.dumps({"t": "reply", "ok": False, "failure": failure.as_wire()}), None
 
 
 def _cache_key(program: Program) -> str:
     # The source's hash guards the executors' caches against a key reused for different code.
     return repr((program.key, hash(program.source), program.tool_names, program.code_mode, program.natives))
+
+
+# A run's envelope up to its deadline, `{"t":"run","key":...,"deadline":`, by program key: the bytes
+# `orjson.dumps` writes for the whole dict, its key computed and encoded once per program (a queued no-op
+# execution builds the rest of its run in about the time the key took). Kept beside what `_cache_key` reads
+# of the program, so that a program whose key is reused for other code gets its own.
+_RUN_HEADS: dict[Hashable, tuple[int, tuple[str, ...], bool, tuple[str, ...], bytes]] = {}
+_RUN_HEADS_KEPT = 1024
+
+
+def _run_envelope(program: Program, deadline: float) -> bytes:
+    source_hash = hash(program.source)
+    try:
+        kept = _RUN_HEADS.get(program.key)
+    except TypeError:  # a key that cannot be hashed: encoded each time
+        return orjson.dumps({"t": "run", "key": _cache_key(program), "deadline": deadline})
+    if (kept is None or kept[0] != source_hash or kept[1] != program.tool_names or kept[2] != program.code_mode
+            or kept[3] != program.natives):
+        if len(_RUN_HEADS) >= _RUN_HEADS_KEPT:
+            _RUN_HEADS.clear()
+        head = orjson.dumps({"t": "run", "key": _cache_key(program)})[:-1] + b',"deadline":'
+        kept = _RUN_HEADS[program.key] = (source_hash, program.tool_names, program.code_mode, program.natives, head)
+    return kept[4] + orjson.dumps(deadline) + b"}"
 
 
 def _outcome(failure: Failure, logs: list[str] | None = None) -> RunOutcome:

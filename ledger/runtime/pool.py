@@ -36,6 +36,9 @@ class ExecutorWaitTimedOut(ExecutorUnavailable):
     """Every executor the request could have had stayed busy until its timeout."""
 
 
+_NOT_HELD = object()
+
+
 class _Waiter:
     """One lease request waiting for its turn (compared by identity)."""
 
@@ -190,6 +193,12 @@ class ExecutorPool:
     def _grant(self, tenant: Hashable | None, deadline: float | None) -> ExecutorProcess | None:
         """Wait for this request's turn; returns an idle executor, or None to start one (counted)."""
         with self._condition:
+            if (not self._waiters and self._idle and not self._closed
+                    and (tenant is None or self._held.get(tenant, 0) < self.per_tenant)):
+                # Nobody is ahead of this request and it may have an idle executor: its turn is now, as it
+                # would be queued alone, with no one behind it to wake.
+                self._held[tenant] = self._held.get(tenant, 0) + 1
+                return self._idle.pop()  # most recently used: its caches are warmest
             waiter = _Waiter(tenant)
             self._waiters.append(waiter)
             try:
@@ -237,17 +246,25 @@ class ExecutorPool:
             del self._held[tenant]
 
     def _release(self, process: ExecutorProcess) -> None:
+        # Whether it still lives is asked when it is next leased (`_acquire`), once per lease: a lease that
+        # lost it killed it (`killed`), and one that died unseen since is dropped then.
         with self._condition:
             self._forget_holder(process)
-            if not self._closed and process.is_alive() and not process.retiring:
+            if not self._closed and not process.killed and not process.retiring:
                 self._idle.append(process)
-                self._condition.notify_all()
+                self._wake_waiters()
                 return
         self._discard(process)
 
     def _forget_holder(self, process: ExecutorProcess) -> None:
-        if process in self._holder:
-            self._drop_held(self._holder.pop(process))
+        tenant = self._holder.pop(process, _NOT_HELD)
+        if tenant is not _NOT_HELD:
+            self._drop_held(tenant)
+            self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        # Only `_grant` waits on the condition, and only while its waiter is queued.
+        if self._waiters:
             self._condition.notify_all()
 
     def _discard(self, process: ExecutorProcess) -> None:

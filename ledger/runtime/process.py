@@ -148,6 +148,11 @@ class ExecutorProcess:
         # Slack over the payload bound for the envelope; the executor checks the exact bound itself.
         return self.channel.receive(deadline, self.settings.max_payload_bytes + MAX_ENVELOPE_BYTES)
 
+    @property
+    def killed(self) -> bool:
+        """Whether this handle killed its process (it is then gone, or going)."""
+        return self._killed
+
     def is_alive(self) -> bool:
         return not self._killed and self._popen.poll() is None
 

@@ -33,6 +33,7 @@ import orjson
 from ..json_floats import holds_float
 
 _HEADER = struct.Struct("!II")
+_pack_header = _HEADER.pack
 
 # Envelopes carry kinds, keys, failure texts and bounded logs: never more than this.
 MAX_ENVELOPE_BYTES = 1 << 20
@@ -132,26 +133,29 @@ _READ_BYTES = 1 << 16  # what one read asks for at least
 
 
 # The envelopes each side sends as constants, encoded once (a host call's, `executor._CALL_ENVELOPES`; a
-# successful reply, `lease._REPLY_OK`): one such envelope is recognised by its bytes and read as a copy of
-# its dict, which is what orjson reads from those bytes, without the parse (~2.4k instructions a message,
-# one message each way a host call). Any other bytes, a constant encoded differently included, are parsed.
-_CONSTANT_ENVELOPES: dict[int, tuple[tuple[bytes, dict], ...]] = {}
-for _envelope in ({"t": "call", "fn": "graphql"}, {"t": "call", "fn": "cel"}, {"t": "call", "fn": "tool"},
-                  {"t": "reply", "ok": True}):
-    _encoded = orjson.dumps(_envelope)
-    _CONSTANT_ENVELOPES[len(_encoded)] = (*_CONSTANT_ENVELOPES.get(len(_encoded), ()), (_encoded, _envelope))
-del _envelope, _encoded
+# successful reply, `lease._REPLY_OK`; a run's done without logs, `executor._DONE_OK_ENVELOPES`): one such
+# envelope is recognised by its bytes and read as a fresh copy of its dict, which is what orjson reads from
+# those bytes, without the parse (~2.4k instructions a message, one message each way a host call). Any other
+# bytes, a constant encoded differently included, are parsed.
+_CONSTANT_ENVELOPES: dict[bytes, dict] = {
+    orjson.dumps(envelope): envelope
+    for envelope in ({"t": "call", "fn": "graphql"}, {"t": "call", "fn": "cel"}, {"t": "call", "fn": "tool"},
+                     {"t": "reply", "ok": True}, {"t": "done", "logs": [], "ok": True},
+                     {"t": "done", "logs": [], "ok": True, "retire": False},
+                     {"t": "done", "logs": [], "ok": True, "retire": True})
+}
 
 
-def _constant_envelope(buffer: bytearray, length: int) -> dict | None:
-    """The envelope at the start of a frame in `buffer` when it is one of `_CONSTANT_ENVELOPES` (a fresh
-    dict: a reader may keep or change it), else None."""
-    candidates = _CONSTANT_ENVELOPES.get(length)
-    if candidates is not None:
-        for encoded, envelope in candidates:
-            if buffer.startswith(encoded, _HEADER.size):
-                return envelope.copy()
-    return None
+def _envelope_of(head: bytes) -> dict:
+    """The envelope encoded as `head`: a fresh copy of a constant's dict, its `logs` a fresh list (a reader may
+    keep or change either), or orjson's parse."""
+    constant = _CONSTANT_ENVELOPES.get(head)
+    if constant is None:
+        return orjson.loads(head)
+    envelope = constant.copy()
+    if "logs" in constant:
+        envelope["logs"] = []
+    return envelope
 
 
 class Channel:
@@ -177,7 +181,7 @@ class Channel:
         """`send` of an envelope already encoded (`orjson.dumps`), e.g. a constant one encoded once."""
         body = payload if payload is not None else b""
         # The payload length is stored plus one so that "no payload" (0) differs from an empty one.
-        data = b"".join((_HEADER.pack(len(head), len(body) + (payload is not None)), head, body))
+        data = b"".join((_pack_header(len(head), len(body) + (payload is not None)), head, body))
         try:
             # One write: a pipe takes a small frame whole; a large one may take several.
             written = os.write(self._write_fd, data)
@@ -195,6 +199,23 @@ class Channel:
     def receive(self, deadline: float | None = None, max_payload_bytes: int | None = None) -> Message:
         """Read one message; `deadline` is a time.monotonic() value (None waits for ever)."""
         buffer = self._buffer
+        if not buffer:
+            # Most messages are the one frame a read brings (the peer wrote it whole and waits for the answer):
+            # taken from the read's bytes, without the buffer. Anything else is appended and read below.
+            if deadline is not None:
+                self._wait_readable(deadline)
+            data = os.read(self._read_fd, _READ_BYTES)
+            if not data:
+                raise ChannelClosed()
+            if len(data) >= _HEADER.size:
+                envelope_length, stored_payload_length = _HEADER.unpack_from(data)
+                envelope_end = _HEADER.size + envelope_length
+                if (len(data) == envelope_end + (stored_payload_length - 1 if stored_payload_length else 0)
+                        and envelope_length <= MAX_ENVELOPE_BYTES
+                        and (max_payload_bytes is None or len(data) - envelope_end <= max_payload_bytes)):
+                    return Message(_envelope_of(data[_HEADER.size:envelope_end]),
+                                   data[envelope_end:] if stored_payload_length else None)
+            buffer += data
         if len(buffer) < _HEADER.size:
             self._fill(_HEADER.size, deadline)
         envelope_length, stored_payload_length = _HEADER.unpack_from(buffer)
@@ -209,9 +230,7 @@ class Channel:
         frame_end = envelope_end + payload_length
         if len(buffer) < frame_end:
             self._fill(frame_end, deadline)
-        envelope = _constant_envelope(buffer, envelope_length)
-        if envelope is None:
-            envelope = orjson.loads(buffer[_HEADER.size:envelope_end])
+        envelope = _envelope_of(bytes(buffer[_HEADER.size:envelope_end]))
         payload = bytes(buffer[envelope_end:frame_end]) if stored_payload_length else None
         del buffer[:frame_end]
         return Message(envelope, payload)

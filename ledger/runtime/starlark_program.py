@@ -184,7 +184,8 @@ ledger__run_type = type(run)
 
 def ledger__entry(event):
     output = run(event)
-    __check_json(output, "the output")
+    if type(output) != "dict" or not __flat(output):  # a flat dict is JSON as __check_json would find it
+        __check_json(output, "the output")
     text = json.encode(output)
     if len(text) > __MAX_PAYLOAD:
         __too_large("the output", len(text))
