@@ -5,12 +5,10 @@ replaced read (the tenant's set_config, then the read with psycopg's jsonb loade
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 
 import psycopg
-import pytest
 
 from ledger.actions.registry import HEADER_COLUMNS
 from ledger.actions.triggers import TRIGGERS_VERSION_COLUMN
@@ -171,17 +169,3 @@ def test_a_started_executions_awkward_input_reaches_its_program_and_its_record_e
     done = wait_for(api, start(api, action_id, AWKWARD)["executionId"])
     assert done["status"] == "SUCCEEDED", done
     assert done["invocation"]["output"] == {"echo": AWKWARD}
-
-
-@pytest.mark.parametrize("text", ['{"a": [1, 2.5, "x"], "b": null}', '"é"', "[]", "18446744073709551616123",
-                                  " {}", "{} ", "", "{", "nul", '{"a": 1} x', "1e400", "-0"])
-def test_a_jsonb_text_reads_as_json_loads_reads_it(text):
-    try:
-        expected = json.loads(text)
-    except ValueError as exc:
-        with pytest.raises(type(exc)):
-            attempts._json_of_text(text)
-        return
-    value = attempts._json_of_text(text)
-    assert value == expected and type(value) is type(expected)
-    assert attempts._json_of_text(None) is None

@@ -10,7 +10,6 @@ name is free again.
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import uuid
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from ..db.jsonb import loads_jsonb_text
 from ..db.paging import page_visible
 from ..errors import LedgerError, NotFound
 from ..policy.chain import Layer
@@ -206,7 +206,7 @@ def server_and_tools_of_row(row: Any) -> tuple[dict | None, dict[tuple[uuid.UUID
         return None, {}
     server = {column: row[column] for column in _SERVER_COLUMNS}
     for column in _JSON_TEXT_COLUMNS:
-        server[column] = _json_of_text(server[column])
+        server[column] = loads_jsonb_text(server[column])
     if row["tool_id"] is None:
         return server, {}
     rows: dict[tuple[uuid.UUID, int | None], dict] = {}
@@ -214,30 +214,10 @@ def server_and_tools_of_row(row: Any) -> tuple[dict | None, dict[tuple[uuid.UUID
     for values in zip(*(row[alias] for alias in _TOOL_ALIASES)):
         found = dict(zip(_TOOL_COLUMNS, values))
         found["tenant_id"] = tenant_id
-        found["v_definition"] = _json_of_text(found["v_definition"])
+        found["v_definition"] = loads_jsonb_text(found["v_definition"])
         version = found.pop("ref_version")
         rows[(found["id"], version)] = found
     return server, rows
-
-
-# The scanner `json.loads` runs (`JSONDecoder.raw_decode`'s `scan_once`), called on a text directly: a
-# jsonb's text has no whitespace around it, so `json.loads` would only add its checks for that and for
-# text after the value. A standard library without the attribute reads every text by `json.loads`.
-_SCAN_ONCE = getattr(json.JSONDecoder(), "scan_once", None)
-
-
-def _json_of_text(text: str | None) -> Any:
-    """`json.loads(text)` of a jsonb's text (None for SQL's null)."""
-    if text is None:
-        return None
-    if _SCAN_ONCE is not None and text and text[0] not in " \t\n\r":
-        try:
-            value, end = _SCAN_ONCE(text, 0)
-        except StopIteration:
-            return json.loads(text)  # not JSON: its own error
-        if end == len(text):
-            return value
-    return json.loads(text)
 
 
 def load_server_by_name(scope: Scope, name: str, *, row: Any = _UNREAD) -> McpServer | None:

@@ -9,7 +9,6 @@ the COMMIT when nothing follows them (no trigger on the status change, no lifecy
 from __future__ import annotations
 
 import datetime
-import json
 import time
 from dataclasses import replace
 from typing import Any
@@ -23,6 +22,7 @@ from ..actions import natives
 from ..actions.registry import HEADER_COLUMNS as _HEADER_COLUMNS, action_of_row, load_action
 from ..actions.triggers import TRIGGERS_WRITTEN
 from ..auth.clients import client_layer
+from ..db.jsonb import loads_jsonb_text
 from ..db.pool import commit_with
 from ..db.prepared import PreparedRead, fetch_one
 from ..db.retry import retry_lost_races
@@ -66,29 +66,9 @@ _VERSION_COLUMNS = ("v_version", "v_definition", "v_enabled", "v_created_at")
 _EXECUTION_KEYS = tuple(column.strip() for column in EXECUTION_COLUMNS.split(",")) + (
     "client_claims", "planned_action_id", "client_row_id", "client_name", "client_enabled", "client_policies",
     "triggers_version")
-# The opening's jsonb values come as their text, decoded by `_json_of_text`: psycopg's jsonb loader takes
+# The opening's jsonb values come as their text, decoded by `loads_jsonb_text`: psycopg's jsonb loader takes
 # the whole of `json.loads` from bytes for each (the encoding's detection, the decode, `raw_decode`).
 _EXECUTION_JSON = ("event", "input", "client_claims", "client_policies")
-
-# The scanner `json.loads` runs (`JSONDecoder.raw_decode`'s `scan_once`), called on a jsonb's text
-# directly (as actions/mcp_servers.py reads one): that text has no whitespace around its value, so
-# `json.loads` would only add its checks for that and for text after the value.
-_SCAN_ONCE = getattr(json.JSONDecoder(), "scan_once", None)
-
-
-def _json_of_text(text: str | None) -> Any:
-    """`json.loads(text)` of a jsonb's text (None for SQL's null)."""
-    if text is None:
-        return None
-    if _SCAN_ONCE is not None and text and text[0] not in " \t\n\r":
-        try:
-            value, end = _SCAN_ONCE(text, 0)
-        except StopIteration:
-            return json.loads(text)  # not JSON: its own error
-        if end == len(text):
-            return value
-    return json.loads(text)
-
 
 def _split_opening(row: dict | None) -> tuple[dict | None, dict | None, dict | None]:
     """The queue row, the execution (with its client's columns) and the action row (as ACTION_AT_VERSION
@@ -100,13 +80,13 @@ def _split_opening(row: dict | None) -> tuple[dict | None, dict | None, dict | N
         return queue_row, None, None
     execution = {key: row[key] for key in _EXECUTION_KEYS}
     for key in _EXECUTION_JSON:
-        execution[key] = _json_of_text(execution[key])
+        execution[key] = loads_jsonb_text(execution[key])
     if row["act_id"] is None:
         return queue_row, execution, None
     action_row = {column: row[f"act_{column}"] for column in _HEADER_COLUMNS}
     for column in _VERSION_COLUMNS:
         action_row[column] = row[column]
-    action_row["v_definition"] = _json_of_text(action_row["v_definition"])
+    action_row["v_definition"] = loads_jsonb_text(action_row["v_definition"])
     return queue_row, execution, action_row
 
 
