@@ -32,7 +32,9 @@ def bind_call(*, execution_id: Any = None, root_execution_id: Any = None, tenant
     fields = {"executionId": execution_id, "rootExecutionId": root_execution_id, "tenant": tenant,
               "action": action}
     outer = _call.get() or {}
-    return _call.set({**outer, **{k: str(v) for k, v in fields.items() if v is not None}})
+    # Kept as given (UUIDs, mostly) and turned into text only when a line is written: a call binds on every
+    # run, and most runs log nothing.
+    return _call.set({**outer, **{k: v for k, v in fields.items() if v is not None}})
 
 
 def update_call(**fields: Any) -> None:
@@ -42,7 +44,7 @@ def update_call(**fields: Any) -> None:
     if _call.get() is None:
         return  # no call is bound: nothing to add to
     current = dict(_call.get())
-    current.update({names[k]: str(v) for k, v in fields.items() if v is not None})
+    current.update({names[k]: v for k, v in fields.items() if v is not None})
     _call.set(current)
 
 
@@ -51,7 +53,12 @@ def unbind_call(token: contextvars.Token) -> None:
 
 
 def current_call() -> dict:
-    return dict(_call.get() or {})
+    return _call_text()
+
+
+def _call_text() -> dict[str, str]:
+    """The call bound now, its fields as text."""
+    return {key: str(value) for key, value in (_call.get() or {}).items()}
 
 
 def _plain(value: Any) -> Any:
@@ -78,7 +85,7 @@ class JsonFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
                 out[key] = _plain(value)
-        for key, value in (_call.get() or {}).items():
+        for key, value in _call_text().items():
             out.setdefault(key, value)
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
@@ -97,7 +104,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        fields = {**(_call.get() or {}),
+        fields = {**_call_text(),
                   **{k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}}
         if fields:
             line += " " + " ".join(f"{k}={v}" for k, v in fields.items())
