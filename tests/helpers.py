@@ -37,3 +37,13 @@ def funded_account(api, amount: int, currency: str = "USD") -> tuple[str, str]:
     if amount:
         transfer(api, opening, funded, amount)
     return opening, funded
+
+
+def json_read_outcome(read, text) -> tuple[str, object]:
+    """What a JSON reader makes of `text`, comparable across readers: its value exactly (a float's type and
+    digits, an int's exactness, by repr) or its error's class and message."""
+    try:
+        value = read(text)
+    except (ValueError, RecursionError) as exc:
+        return "error", (type(exc).__name__, str(exc))
+    return "value", (repr(value), value == value)

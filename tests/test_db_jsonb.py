@@ -9,23 +9,17 @@ import pytest
 
 from ledger.db.jsonb import loads_jsonb_text
 
+from helpers import json_read_outcome
+
 JSON_TEXTS = ['{"a": 1, "b": [1.5, -0.0, 1e300, 18446744073709551616123, "Zoë ✓ 𝄞 \\u2028"], "c": null}', "[]", "{}",
               '"text"', '"é"', "12", "-0", "1.0e5", "1e400", "true", "null", ' {"a": 1}', '{"a": 1} ', '{"a": 1} x',
               "\ufeff[]", "[1,", "{", "nul", "", "NaN", '{"a": 1, "a": 2}', '["\\ud800"]',
               "[" * 100_000 + "]" * 100_000]
 
 
-def _read(read, text: str) -> tuple[str, object]:
-    try:
-        value = read(text)
-    except (ValueError, RecursionError) as exc:
-        return "error", (type(exc).__name__, str(exc))
-    return "value", (repr(value), value == value)  # repr: a float's type and digits, an int's exactness
-
-
 @pytest.mark.parametrize("text", JSON_TEXTS, ids=range(len(JSON_TEXTS)))
 def test_a_jsonb_text_reads_as_json_loads_reads_it(text):
-    assert _read(loads_jsonb_text, text) == _read(json.loads, text)
+    assert json_read_outcome(loads_jsonb_text, text) == json_read_outcome(json.loads, text)
 
 
 def test_sql_null_reads_as_none():

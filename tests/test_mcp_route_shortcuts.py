@@ -15,6 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from psycopg.rows import dict_row
 
+from helpers import json_read_outcome
 from mcp_helpers import EVERYTHING, create_server, reference
 from mcp_helpers import examples, settings  # noqa: F401  (fixtures)
 
@@ -127,20 +128,12 @@ BODIES = [
 ]
 
 
-def _read(read, body: bytes) -> tuple[str, object]:
-    try:
-        value = read(body)
-    except (ValueError, RecursionError) as exc:
-        return "error", (type(exc).__name__, str(exc))
-    return "value", (repr(value), value == value)  # repr: a float's type and digits, an int's exactness
-
-
 @pytest.mark.parametrize("body", BODIES)
 def test_a_request_body_reads_as_load_json_reads_it(body):
     from ledger.api.json_codec import load_json
     from ledger.api.mcp.exchange import read_body_json
 
-    assert _read(read_body_json, body) == _read(load_json, body)
+    assert json_read_outcome(read_body_json, body) == json_read_outcome(load_json, body)
 
 
 def test_a_compact_body_is_read_by_orjson_alone(monkeypatch):
