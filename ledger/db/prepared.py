@@ -10,10 +10,10 @@ under the name psycopg's own prepare manager gave it (after its fifth use throug
 psycopg's own key, and takes the cursor otherwise. So when psycopg forgets its statements (it sends
 DEALLOCATE ALL after any ROLLBACK or DDL it sees, and evicts the least recently used past 100), this path
 forgets them in the same moment. What it keeps from psycopg besides: the loaders and dumpers (a
-`Transformer` over the connection's adapters, new for every call: nothing of a result outlives it), the
-connection's lock, `conn.wait` on psycopg's own `execute` generator (so a broken connection or an
-interrupted wait fails as in a cursor), and `error_from_result` for a failed statement (the same
-exception class, SQLSTATE and diagnostics).
+`Transformer` over the connection's adapters, kept on the connection between statements: no result
+outlives its statement), the connection's lock, `conn.wait` on psycopg's own `execute` generator (so a
+broken connection or an interrupted wait fails as in a cursor), and `error_from_result` for a failed
+statement (the same exception class, SQLSTATE and diagnostics).
 
 The connection's deferred statements (db/pool.py `defer`: a call's SAVEPOINT, a tool's statement_timeout)
 go first, in the same round trip, as the pool's cursor sends them: in one libpq pipeline with the
@@ -185,39 +185,51 @@ def _use_prepared_name(conn: psycopg.Connection, key: tuple) -> bytes | None:
     return name
 
 
+# Each statement below takes the connection's Transformer, does its work in a function of it (`_run_on`,
+# `_open_on`, `_last_and_commit_on`) and gives it back once that returns, whatever it returns; when that
+# raises, the Transformer is dropped, since a failure may leave it holding a result or part of a row's load
+# (the next statement makes a new one). Not a context manager: its __init__, __enter__ and __exit__, called
+# from C, cost ~3k instructions a read (bench.asgi_tree --callgrind), more than the rest of this bookkeeping.
 def _run(conn: psycopg.Connection, statement: PreparedRead, params: tuple, first: bool) -> object:
-    with _KeptTransformer(conn) as tx:
-        values = tx.dump_sequence(params, statement.formats)
-        key = (statement.query, tx.types or ())
-        pgconn = conn.pgconn
-        with conn.lock:
-            name = _use_prepared_name(conn, key)
-            if name is None:
-                return _NOT_PREPARED
-            deferred = getattr(conn, "ledger_deferred", None)
-            if deferred:
-                conn.ledger_deferred = []  # sent once, whatever happens next, as the pool's cursor sends them
-                groups = conn.wait(_in_one_pipeline(pgconn, [(d.command, d.values) for d in deferred],
-                                                    [(name, values, tx.formats)]))
-                _raise_first_failure(groups[:-1], pgconn)
-                results = groups[-1]
-            else:
-                pgconn.send_query_prepared(name, values, param_formats=tx.formats, result_format=_TEXT)
-                results = conn.wait(_execute(pgconn))
-        result = results[0] if len(results) == 1 else None
-        if result is None or result.status != _TUPLES_OK:
-            raise _failure(conn, result)
-        names = _columns(statement, result, pgconn)
-        ntuples = result.ntuples
-        if not ntuples:
-            return None if first else []
-        tx.set_pgresult(result)
-        if first:
-            rows = dict(zip(names, tx.load_row(0, tuple)))
+    kept = _take_transformer(conn)
+    rows = _run_on(kept[0], conn, statement, params, first)
+    _give_back_transformer(conn, kept)
+    return rows
+
+
+def _run_on(tx: adapt.Transformer, conn: psycopg.Connection, statement: PreparedRead, params: tuple,
+            first: bool) -> object:
+    values = tx.dump_sequence(params, statement.formats)
+    key = (statement.query, tx.types or ())
+    pgconn = conn.pgconn
+    with conn.lock:
+        name = _use_prepared_name(conn, key)
+        if name is None:
+            return _NOT_PREPARED
+        deferred = getattr(conn, "ledger_deferred", None)
+        if deferred:
+            conn.ledger_deferred = []  # sent once, whatever happens next, as the pool's cursor sends them
+            groups = conn.wait(_in_one_pipeline(pgconn, [(d.command, d.values) for d in deferred],
+                                                [(name, values, tx.formats)]))
+            _raise_first_failure(groups[:-1], pgconn)
+            results = groups[-1]
         else:
-            rows = [dict(zip(names, row)) for row in tx.load_rows(0, ntuples, tuple)]
-        tx.set_pgresult(None)  # the result is not kept with the Transformer
-        return rows
+            pgconn.send_query_prepared(name, values, param_formats=tx.formats, result_format=_TEXT)
+            results = conn.wait(_execute(pgconn))
+    result = results[0] if len(results) == 1 else None
+    if result is None or result.status != _TUPLES_OK:
+        raise _failure(conn, result)
+    names = _columns(statement, result, pgconn)
+    ntuples = result.ntuples
+    if not ntuples:
+        return None if first else []
+    tx.set_pgresult(result)
+    if first:
+        rows = dict(zip(names, tx.load_row(0, tuple)))
+    else:
+        rows = [dict(zip(names, row)) for row in tx.load_rows(0, ntuples, tuple)]
+    tx.set_pgresult(None)  # the result is not kept with the Transformer
+    return rows
 
 
 def _settings(pgconn: pq.abc.PGconn) -> tuple:
@@ -245,26 +257,8 @@ def _take_transformer(conn: psycopg.Connection) -> tuple:
     return adapt.Transformer(conn), settings
 
 
-class _KeptTransformer:
-    """`with _KeptTransformer(conn) as tx:` a Transformer for the block (`_take_transformer`), given back to
-    the connection when the block ends without an exception, by a return or not; dropped when it raises,
-    since a failure may leave it holding a result or part of a row's load (the next statement makes a new
-    one). A class, not `contextlib.contextmanager`: a generator and its wrapper cost more than the rest of a
-    read's bookkeeping here."""
-
-    __slots__ = ("_conn", "_kept")
-
-    def __init__(self, conn: psycopg.Connection) -> None:
-        self._conn = conn
-        self._kept: tuple | None = None
-
-    def __enter__(self) -> Any:
-        kept = self._kept = _take_transformer(self._conn)
-        return kept[0]
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            vars(self._conn)["ledger_transformer"] = self._kept
+def _give_back_transformer(conn: psycopg.Connection, kept: tuple) -> None:
+    vars(conn)["ledger_transformer"] = kept
 
 
 def forget_transformer(conn: psycopg.Connection) -> None:
@@ -357,53 +351,60 @@ def begin_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction,
             or getattr(conn, "ledger_deferred", None) or _past_deadline(conn)
             or conn.pgconn.transaction_status != _IDLE or block.status != block.Status.NOT_STARTED):
         return None
-    with _KeptTransformer(conn) as tx:
-        planned = []
-        for sql, params in statements:
-            if params is None and "%" not in sql:
-                params = ()  # psycopg converts no text without parameters, nor one without a %
-            statement = statement_of(sql) if isinstance(params, (tuple, list)) else None
-            if statement is None or len(params) != statement.count:
-                return None
-            try:
-                values = tx.dump_sequence(params, statement.formats)
-            except Exception:  # noqa: BLE001 - the cursor raises its own error for the value
-                return None
-            planned.append((statement, (statement.query, tx.types or ()), values, tx.formats))
-        pgconn = conn.pgconn
-        with conn.lock:
-            manager = conn._prepared
-            if manager._to_flush:
-                return None
-            names = [manager._names.get(key) for _statement, key, _values, _formats in planned]
-            if None in names:
-                return None
-            for _statement, key, _values, _formats in planned:
-                manager._names.move_to_end(key)  # a use, as a cursor's would count in psycopg's LRU
-            # What Transaction._enter_gen does before it sends its commands.
-            block.status = _ACTIVE
-            block._push_savepoint()
-            commands = list(block._get_enter_commands())
-            try:
-                groups = conn.wait(_in_one_pipeline(
-                    pgconn, [(command, None) for command in commands],
-                    [(name, values, formats) for name, (_statement, _key, values, formats) in zip(names, planned)]))
-            except pgerrors._NO_TRACEBACK as ex:  # as psycopg's pipeline raises them: without its frames
-                raise ex.with_traceback(None)
-        _raise_first_failure(groups, pgconn)
-        rows = []
-        for (statement, _key, _values, _formats), results in zip(planned, groups[len(commands):]):
-            result = results[0] if len(results) == 1 else None
-            if result is None or result.status != _TUPLES_OK:
-                raise _failure(conn, result)
-            names_of = _columns(statement, result, pgconn)
-            if result.ntuples:
-                tx.set_pgresult(result)
-                rows.append(dict(zip(names_of, tx.load_row(0, tuple))))
-            else:
-                rows.append(None)
-        tx.set_pgresult(None)
-        return rows
+    kept = _take_transformer(conn)
+    rows = _open_on(kept[0], conn, block, statements)
+    _give_back_transformer(conn, kept)
+    return rows
+
+
+def _open_on(tx: adapt.Transformer, conn: psycopg.Connection, block: psycopg.Transaction,
+             statements: list[tuple[str, Any]]) -> list[dict | None] | None:
+    planned = []
+    for sql, params in statements:
+        if params is None and "%" not in sql:
+            params = ()  # psycopg converts no text without parameters, nor one without a %
+        statement = statement_of(sql) if isinstance(params, (tuple, list)) else None
+        if statement is None or len(params) != statement.count:
+            return None
+        try:
+            values = tx.dump_sequence(params, statement.formats)
+        except Exception:  # noqa: BLE001 - the cursor raises its own error for the value
+            return None
+        planned.append((statement, (statement.query, tx.types or ()), values, tx.formats))
+    pgconn = conn.pgconn
+    with conn.lock:
+        manager = conn._prepared
+        if manager._to_flush:
+            return None
+        names = [manager._names.get(key) for _statement, key, _values, _formats in planned]
+        if None in names:
+            return None
+        for _statement, key, _values, _formats in planned:
+            manager._names.move_to_end(key)  # a use, as a cursor's would count in psycopg's LRU
+        # What Transaction._enter_gen does before it sends its commands.
+        block.status = _ACTIVE
+        block._push_savepoint()
+        commands = list(block._get_enter_commands())
+        try:
+            groups = conn.wait(_in_one_pipeline(
+                pgconn, [(command, None) for command in commands],
+                [(name, values, formats) for name, (_statement, _key, values, formats) in zip(names, planned)]))
+        except pgerrors._NO_TRACEBACK as ex:  # as psycopg's pipeline raises them: without its frames
+            raise ex.with_traceback(None)
+    _raise_first_failure(groups, pgconn)
+    rows = []
+    for (statement, _key, _values, _formats), results in zip(planned, groups[len(commands):]):
+        result = results[0] if len(results) == 1 else None
+        if result is None or result.status != _TUPLES_OK:
+            raise _failure(conn, result)
+        names_of = _columns(statement, result, pgconn)
+        if result.ntuples:
+            tx.set_pgresult(result)
+            rows.append(dict(zip(names_of, tx.load_row(0, tuple))))
+        else:
+            rows.append(None)
+    tx.set_pgresult(None)
+    return rows
 
 
 _COMMITTED = psycopg.Transaction.Status.COMMITTED
@@ -433,33 +434,45 @@ def commit_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction, sta
             or not block._outer_transaction or block._savepoint_name or block._stack_index != 0
             or conn._num_transactions != 1 or conn.pgconn.transaction_status != _INTRANS):
         return _NOT_PREPARED
-    with _KeptTransformer(conn) as tx:
-        values = tx.dump_sequence(params, statement.formats)
-        key = (statement.query, tx.types or ())
-        pgconn = conn.pgconn
-        with conn.lock:
-            name = _use_prepared_name(conn, key)
-            if name is None:
-                return _NOT_PREPARED
-            deferred, conn.ledger_deferred = getattr(conn, "ledger_deferred", None) or [], []
-            commands = [(d.command, d.values) for d in deferred]
-            try:
-                groups = conn.wait(_in_one_pipeline(pgconn, commands, [(name, values, tx.formats)], (_COMMIT,)))
-            except pgerrors._NO_TRACEBACK as ex:  # as psycopg raises them: without its frames
-                raise ex.with_traceback(None)
-        _raise_first_failure(groups[:len(commands)], pgconn)
-        results = groups[len(commands)]
-        result = results[0] if len(results) == 1 else None
-        if result is None or result.status != _TUPLES_OK:
-            raise _failure(conn, result)
-        names = _columns(statement, result, pgconn)
-        row = None
-        if result.ntuples:
-            tx.set_pgresult(result)
-            row = dict(zip(names, tx.load_row(0, tuple)))
-            tx.set_pgresult(None)
+    kept = _take_transformer(conn)
+    answered = _last_and_commit_on(kept[0], conn, statement, params)
+    _give_back_transformer(conn, kept)
+    if answered is _NOT_PREPARED:
+        return _NOT_PREPARED
+    row, commit_results = answered
     # What Transaction._commit_gen does around the COMMIT it sends (the nesting was checked above).
     block._pop_savepoint("commit")
     block.status = _COMMITTED
-    _raise_first_failure(groups[len(commands) + 1:], pgconn)
+    _raise_first_failure(commit_results, conn.pgconn)
     return row
+
+
+def _last_and_commit_on(tx: adapt.Transformer, conn: psycopg.Connection, statement: PreparedRead,
+                        params: tuple) -> object:
+    """`commit_on_prepared`'s round trip: `_NOT_PREPARED`, or the statement's row (or None) and the COMMIT's
+    results; a failure of the deferred statements or of the statement raised."""
+    values = tx.dump_sequence(params, statement.formats)
+    key = (statement.query, tx.types or ())
+    pgconn = conn.pgconn
+    with conn.lock:
+        name = _use_prepared_name(conn, key)
+        if name is None:
+            return _NOT_PREPARED
+        deferred, conn.ledger_deferred = getattr(conn, "ledger_deferred", None) or [], []
+        commands = [(d.command, d.values) for d in deferred]
+        try:
+            groups = conn.wait(_in_one_pipeline(pgconn, commands, [(name, values, tx.formats)], (_COMMIT,)))
+        except pgerrors._NO_TRACEBACK as ex:  # as psycopg raises them: without its frames
+            raise ex.with_traceback(None)
+    _raise_first_failure(groups[:len(commands)], pgconn)
+    results = groups[len(commands)]
+    result = results[0] if len(results) == 1 else None
+    if result is None or result.status != _TUPLES_OK:
+        raise _failure(conn, result)
+    names = _columns(statement, result, pgconn)
+    row = None
+    if result.ntuples:
+        tx.set_pgresult(result)
+        row = dict(zip(names, tx.load_row(0, tuple)))
+        tx.set_pgresult(None)
+    return row, groups[len(commands) + 1:]
