@@ -377,6 +377,23 @@ def test_a_prepared_read_after_the_date_style_changed_answers_the_cursors_dates(
         assert before is not None
 
 
+def test_a_prepared_read_that_fails_drops_its_transformer(services, account):
+    tenant, account_id = account
+    with services.db.transaction(tenant) as conn:
+        _prepared(conn, tenant, account_id)
+        conn.execute("SET LOCAL DateStyle = 'German, DMY'")  # the row's timestamptz no longer loads
+        with pytest.raises(Exception):
+            fetch_one(conn, _READ, (tenant, account_id))
+        assert not hasattr(conn, "ledger_transformer")
+
+
+def test_a_read_the_cursor_answers_gives_the_transformer_back(services, account):
+    tenant, account_id = account
+    with services.db.transaction(tenant) as conn:
+        assert fetch_one(conn, _READ, (tenant, account_id))["id"] == account_id  # not prepared yet: the cursor
+        assert hasattr(conn, "ledger_transformer")
+
+
 def test_a_transformer_in_use_is_not_handed_to_another_read(services, account):
     tenant, account_id = account
     with services.db.transaction(tenant) as conn:

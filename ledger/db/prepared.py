@@ -10,10 +10,10 @@ under the name psycopg's own prepare manager gave it (after its fifth use throug
 psycopg's own key, and takes the cursor otherwise. So when psycopg forgets its statements (it sends
 DEALLOCATE ALL after any ROLLBACK or DDL it sees, and evicts the least recently used past 100), this path
 forgets them in the same moment. What it keeps from psycopg besides: the loaders and dumpers (a
-`Transformer` over the connection's adapters, new for every call: nothing of a result outlives it), the
-connection's lock, `conn.wait` on psycopg's own `execute` generator (so a broken connection or an
-interrupted wait fails as in a cursor), and `error_from_result` for a failed statement (the same
-exception class, SQLSTATE and diagnostics).
+`Transformer` over the connection's adapters, kept on the connection between statements: no result
+outlives its statement), the connection's lock, `conn.wait` on psycopg's own `execute` generator (so a
+broken connection or an interrupted wait fails as in a cursor), and `error_from_result` for a failed
+statement (the same exception class, SQLSTATE and diagnostics).
 
 The connection's deferred statements (db/pool.py `defer`: a call's SAVEPOINT, a tool's statement_timeout)
 go first, in the same round trip, as the pool's cursor sends them: in one libpq pipeline with the
@@ -185,16 +185,26 @@ def _use_prepared_name(conn: psycopg.Connection, key: tuple) -> bytes | None:
     return name
 
 
+# Each statement below takes the connection's Transformer, does its work in a function of it (`_run_on`,
+# `_open_on`, `_last_and_commit_on`) and gives it back once that returns, whatever it returns; when that
+# raises, the Transformer is dropped, since a failure may leave it holding a result or part of a row's load
+# (the next statement makes a new one). Not a context manager: its __init__, __enter__ and __exit__, called
+# from C, cost ~3k instructions a read (bench.asgi_tree --callgrind), more than the rest of this bookkeeping.
 def _run(conn: psycopg.Connection, statement: PreparedRead, params: tuple, first: bool) -> object:
     kept = _take_transformer(conn)
-    tx = kept[0]
+    rows = _run_on(kept[0], conn, statement, params, first)
+    _give_back_transformer(conn, kept)
+    return rows
+
+
+def _run_on(tx: adapt.Transformer, conn: psycopg.Connection, statement: PreparedRead, params: tuple,
+            first: bool) -> object:
     values = tx.dump_sequence(params, statement.formats)
     key = (statement.query, tx.types or ())
     pgconn = conn.pgconn
     with conn.lock:
         name = _use_prepared_name(conn, key)
         if name is None:
-            _give_back_transformer(conn, kept)
             return _NOT_PREPARED
         deferred = getattr(conn, "ledger_deferred", None)
         if deferred:
@@ -212,15 +222,13 @@ def _run(conn: psycopg.Connection, statement: PreparedRead, params: tuple, first
     names = _columns(statement, result, pgconn)
     ntuples = result.ntuples
     if not ntuples:
-        rows = None if first else []
+        return None if first else []
+    tx.set_pgresult(result)
+    if first:
+        rows = dict(zip(names, tx.load_row(0, tuple)))
     else:
-        tx.set_pgresult(result)
-        if first:
-            rows = dict(zip(names, tx.load_row(0, tuple)))
-        else:
-            rows = [dict(zip(names, row)) for row in tx.load_rows(0, ntuples, tuple)]
-        tx.set_pgresult(None)  # the result is not kept with the Transformer
-    _give_back_transformer(conn, kept)
+        rows = [dict(zip(names, row)) for row in tx.load_rows(0, ntuples, tuple)]
+    tx.set_pgresult(None)  # the result is not kept with the Transformer
     return rows
 
 
@@ -344,30 +352,32 @@ def begin_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction,
             or conn.pgconn.transaction_status != _IDLE or block.status != block.Status.NOT_STARTED):
         return None
     kept = _take_transformer(conn)
-    tx = kept[0]
+    rows = _open_on(kept[0], conn, block, statements)
+    _give_back_transformer(conn, kept)
+    return rows
+
+
+def _open_on(tx: adapt.Transformer, conn: psycopg.Connection, block: psycopg.Transaction,
+             statements: list[tuple[str, Any]]) -> list[dict | None] | None:
     planned = []
     for sql, params in statements:
         if params is None and "%" not in sql:
             params = ()  # psycopg converts no text without parameters, nor one without a %
         statement = statement_of(sql) if isinstance(params, (tuple, list)) else None
         if statement is None or len(params) != statement.count:
-            _give_back_transformer(conn, kept)
             return None
         try:
             values = tx.dump_sequence(params, statement.formats)
         except Exception:  # noqa: BLE001 - the cursor raises its own error for the value
-            _give_back_transformer(conn, kept)
             return None
         planned.append((statement, (statement.query, tx.types or ()), values, tx.formats))
     pgconn = conn.pgconn
     with conn.lock:
         manager = conn._prepared
         if manager._to_flush:
-            _give_back_transformer(conn, kept)
             return None
         names = [manager._names.get(key) for _statement, key, _values, _formats in planned]
         if None in names:
-            _give_back_transformer(conn, kept)
             return None
         for _statement, key, _values, _formats in planned:
             manager._names.move_to_end(key)  # a use, as a cursor's would count in psycopg's LRU
@@ -394,7 +404,6 @@ def begin_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction,
         else:
             rows.append(None)
     tx.set_pgresult(None)
-    _give_back_transformer(conn, kept)
     return rows
 
 
@@ -426,14 +435,28 @@ def commit_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction, sta
             or conn._num_transactions != 1 or conn.pgconn.transaction_status != _INTRANS):
         return _NOT_PREPARED
     kept = _take_transformer(conn)
-    tx = kept[0]
+    answered = _last_and_commit_on(kept[0], conn, statement, params)
+    _give_back_transformer(conn, kept)
+    if answered is _NOT_PREPARED:
+        return _NOT_PREPARED
+    row, commit_results = answered
+    # What Transaction._commit_gen does around the COMMIT it sends (the nesting was checked above).
+    block._pop_savepoint("commit")
+    block.status = _COMMITTED
+    _raise_first_failure(commit_results, conn.pgconn)
+    return row
+
+
+def _last_and_commit_on(tx: adapt.Transformer, conn: psycopg.Connection, statement: PreparedRead,
+                        params: tuple) -> object:
+    """`commit_on_prepared`'s round trip: `_NOT_PREPARED`, or the statement's row (or None) and the COMMIT's
+    results; a failure of the deferred statements or of the statement raised."""
     values = tx.dump_sequence(params, statement.formats)
     key = (statement.query, tx.types or ())
     pgconn = conn.pgconn
     with conn.lock:
         name = _use_prepared_name(conn, key)
         if name is None:
-            _give_back_transformer(conn, kept)
             return _NOT_PREPARED
         deferred, conn.ledger_deferred = getattr(conn, "ledger_deferred", None) or [], []
         commands = [(d.command, d.values) for d in deferred]
@@ -452,9 +475,4 @@ def commit_on_prepared(conn: psycopg.Connection, block: psycopg.Transaction, sta
         tx.set_pgresult(result)
         row = dict(zip(names, tx.load_row(0, tuple)))
         tx.set_pgresult(None)
-    _give_back_transformer(conn, kept)
-    # What Transaction._commit_gen does around the COMMIT it sends (the nesting was checked above).
-    block._pop_savepoint("commit")
-    block.status = _COMMITTED
-    _raise_first_failure(groups[len(commands) + 1:], pgconn)
-    return row
+    return row, groups[len(commands) + 1:]
