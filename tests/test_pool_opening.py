@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from ledger.auth.clients import opening_query
+from ledger.auth.clients import load_principal, opening_query
 
 from helpers import ACCOUNT, funded_account
 
@@ -25,7 +25,7 @@ def test_the_opener_sets_the_tenant_and_the_deadline_and_reads_the_client(servic
         (client,) = conn.ledger_first
     assert settings["tenant"] == str(api.tenant_id) and settings["isolation"] == "repeatable read"
     assert 4000 <= _timeout_ms(settings["timeout"]) <= 5000
-    assert client["enabled"] is True and isinstance(client["policies"], list) and client["triggers_version"] is None
+    assert client["enabled"] is True and isinstance(client["policies"], str) and client["triggers_version"] is None
 
 
 def test_the_opener_comes_before_the_statements_sent_with_it(services, api):
@@ -47,3 +47,12 @@ def test_a_request_reads_under_the_tenant_its_opener_set(api, other_api):
     _, funded = funded_account(api, 10)
     assert api.gql(ACCOUNT, {"id": funded})["financial"]["account"]["balance"] == 10
     assert other_api.gql(ACCOUNT, {"id": funded})["financial"]["account"] is None
+
+
+def test_the_openings_policies_text_decodes_to_what_the_jsonb_loader_reads(services, api):
+    with services.db.transaction(api.tenant_id, deadline=time.monotonic() + 5,
+                                 opener=opening_query(api.client_id)) as conn:
+        (client,) = conn.ledger_first
+        _, from_text = load_principal(conn, api.tenant_id, api.client_id, {}, row=client)
+        _, from_jsonb = load_principal(conn, api.tenant_id, api.client_id, {})
+    assert from_text == from_jsonb and from_text

@@ -187,3 +187,22 @@ def _limited_token(api, policies: list[dict]) -> str:
             {"id": client_id, "p": policies})
     return api.gql("mutation($id: UUID!) { clients { issueToken(clientId: $id) { token } } }",
                    {"id": client_id})["clients"]["issueToken"]["token"]
+
+
+def test_a_loaded_definition_read_as_text_equals_the_jsonb_loaders(api, services):
+    import time
+
+    from ledger.actions.registry import load_action
+    from ledger.policy.chain import Chain
+    from ledger.policy.principal import Principal
+    from ledger.scope import Scope
+
+    action_id = uuid.uuid4()
+    api.gql(SEED_CREATE_TOOL, {"id": str(action_id), "src": SEED_SRC})
+    with services.db.transaction(api.tenant_id, deadline=time.monotonic() + 30) as conn:
+        scope = Scope(conn=conn, principal=Principal(api.tenant_id, api.client_id, "admin", {}), chain=Chain(()),
+                      services=services, deadline=time.monotonic() + 30)
+        record = load_action(scope, action_id)
+        stored = conn.execute("SELECT definition FROM action_versions WHERE tenant_id = %s AND action_id = %s",
+                              (api.tenant_id, action_id)).fetchone()["definition"]
+    assert record["definition"] == stored and record["config"]["src"] == SEED_SRC

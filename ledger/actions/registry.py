@@ -13,6 +13,7 @@ from typing import Any, Callable
 import psycopg
 from psycopg.types.json import Jsonb
 
+from ..db.jsonb import loads_jsonb_text
 from ..db.paging import parse_cursor
 from ..errors import LedgerError, NotFound
 from ..values import same_json
@@ -113,17 +114,23 @@ def action_statement(scope: Scope, action_id: uuid.UUID, version: int | None = N
 
 
 # The action's header joined to one of its versions (`v`): the caller adds the ON and WHERE clauses, so
-# that it can read an action in the same statement or pipeline as what names it (a queued execution).
-ACTION_AT_VERSION = (f"SELECT {_HEADER}, v.version AS v_version, v.definition AS v_definition, v.enabled AS v_enabled,"
+# that it can read an action in the same statement or pipeline as what names it (a queued execution). The
+# definition comes as its text, for `loads_jsonb_text` (psycopg's jsonb loader does more work for the same
+# value, and every call of a tool reads its definition).
+ACTION_AT_VERSION = (f"SELECT {_HEADER}, v.version AS v_version, v.definition::text AS v_definition, v.enabled AS v_enabled,"
                      " v.created_at AS v_created_at FROM actions a LEFT JOIN action_versions v")
 
 
 def action_of_row(row: dict | None) -> dict | None:
-    """The record of a row read with ACTION_AT_VERSION (None: no such action, or no such version)."""
+    """The record of a row read with ACTION_AT_VERSION (None: no such action, or no such version); its
+    definition as that text, or already decoded by a caller that read it otherwise."""
     if row is None or row["v_version"] is None:
         return None
     row = dict(row)
-    version_row = {"version": row.pop("v_version"), "definition": row.pop("v_definition"),
+    definition = row.pop("v_definition")
+    if type(definition) is str:
+        definition = loads_jsonb_text(definition)
+    version_row = {"version": row.pop("v_version"), "definition": definition,
                    "enabled": row.pop("v_enabled"), "created_at": row.pop("v_created_at")}
     return _record(row, version_row)
 

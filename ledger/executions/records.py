@@ -8,6 +8,7 @@ the same transaction.
 from __future__ import annotations
 
 import datetime
+import itertools
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -40,7 +41,8 @@ def execution_document(row: dict) -> dict:
     return doc
 
 
-_PREFIXED_EXECUTION = ", ".join(f"e.{c.strip()} AS e_{c.strip()}" for c in EXECUTION_COLUMNS.split(","))
+_EXECUTION_NAMES = tuple(c.strip() for c in EXECUTION_COLUMNS.split(","))
+_PREFIXED_EXECUTION = ", ".join(f"e.{c} AS e_{c}" for c in _EXECUTION_NAMES)
 
 
 def lock_and_load_execution(scope: Scope, execution_id: uuid.UUID,
@@ -59,8 +61,9 @@ def lock_and_load_execution(scope: Scope, execution_id: uuid.UUID,
         f" LEFT JOIN executions e ON e.tenant_id = %s AND e.id = %s{joined}",
         (f"{scope.tenant_id}:{execution_id}", scope.tenant_id, execution_id, *params),
     )
-    execution = {key[2:]: value for key, value in row.items() if key.startswith("e_")}
-    other = {key: value for key, value in row.items() if not key.startswith("e_")}
+    # The row's columns in the SELECT's order: the execution's first, then `beside`'s (no names compared).
+    execution = dict(zip(_EXECUTION_NAMES, row.values()))
+    other = dict(itertools.islice(row.items(), len(_EXECUTION_NAMES), None)) if beside is not None else {}
     return (execution if execution["id"] is not None else None,
             other if any(value is not None for value in other.values()) else None)
 

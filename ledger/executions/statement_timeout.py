@@ -1,7 +1,7 @@
 """A tool's database statements stop at its own deadline (PostgreSQL's statement_timeout).
 
-Narrowed with one set_config, and only for a tool whose responseTimeout ends before the enclosing
-bound (the request's deadline, or an enclosing tool's narrower one). The set_config and its reset are
+Narrowed with one SET LOCAL, and only for a tool whose responseTimeout ends before the enclosing
+bound (the request's deadline, or an enclosing tool's narrower one). The narrowing and its reset are
 deferred (`ledger.db.pool.defer`): each goes in the round trip of the next statement, and a program that
 makes no statement sends neither.
 """
@@ -47,4 +47,7 @@ def _set_statement_timeout(scope: Scope, deadline: float) -> Deferred:
     # The milliseconds left now: sent a little later, the bound ends a little after the deadline, which
     # the deadline checks before every statement (`_DeadlineCursor`) and the sandbox's own cover.
     remaining_ms = max(1, int((deadline - time.monotonic()) * 1000))
-    return defer(scope.conn, "SELECT set_config('statement_timeout', %s, true)", (str(remaining_ms),))
+    # SET LOCAL, not set_config(…, true), which does the same: a utility statement is not planned, and a
+    # deferred statement is parsed anew each time (set_config's SELECT was planned twice a call, ~29 µs
+    # of PostgreSQL's CPU each). The value is an int, written in.
+    return defer(scope.conn, f"SET LOCAL statement_timeout = {remaining_ms}")
