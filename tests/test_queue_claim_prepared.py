@@ -43,3 +43,21 @@ def test_the_untriggered_claim_answers_on_the_prepared_statement_what_it_answere
                 1, True, "QUEUED", None)
             claimed.append(str(row["execution_id"]))
     assert sorted(claimed) == sorted(started)
+
+
+def test_the_claim_drops_the_finished_leases_it_is_given_and_keeps_the_others(api, services, db_url):
+    import psycopg
+
+    action = publish(api, tool("noop", NOOP))
+    for _ in range(3):
+        start(api, action)
+    conn = services.db.dedicated_connection()
+    try:
+        first = claim(conn, "w", 3, 10.0, untriggered_first=True)
+        finished = [first[0]["lease_token"], first[1]["lease_token"]]
+        assert claim(conn, "w", 0, 10.0, finished=finished, untriggered_first=True) == []
+    finally:
+        conn.close()
+    with psycopg.connect(db_url) as admin:
+        leases = {row[0] for row in admin.execute("SELECT lease_token FROM execution_leases")}
+    assert leases == {first[2]["lease_token"]}
