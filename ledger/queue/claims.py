@@ -53,10 +53,10 @@ class Job:
 _CLAIM_UNTRIGGERED = PreparedRead("SELECT * FROM ledger_claim_and_start(%s, %s, %s, %s, true)")
 
 
-def _uuid_array(tokens: Sequence[uuid.UUID]) -> str:
-    """The leases as a uuid[] literal, which the server reads as the function's uuid[] parameter (psycopg
-    sends a str untyped): psycopg's list dumper runs a regular expression over every element's text to
-    decide its quoting (~14k instructions a lease); a UUID's text needs none."""
+def uuid_array(tokens: Sequence[uuid.UUID]) -> str:
+    """UUIDs (leases, executions) as a uuid[] literal, which the server reads as the uuid[] parameter it
+    stands for (psycopg sends a str untyped): psycopg's list dumper runs a regular expression over every
+    element's text to decide its quoting (~14k instructions a UUID); a UUID's text needs none."""
     if not all(type(token) is uuid.UUID for token in tokens):
         raise TypeError(f"lease tokens are UUIDs: {tokens!r}")
     return "{" + ",".join(map(str, tokens)) + "}"
@@ -80,7 +80,7 @@ def claim(conn: psycopg.Connection, worker: str, batch: int, lease_seconds: floa
     rows: list[dict] = []
     if untriggered_first:
         # Its commit does not wait for its flush (migrations 0014, 0018): the attempt's own commit does.
-        rows = fetch_all(conn, _CLAIM_UNTRIGGERED, (worker, batch, lease_seconds, _uuid_array(finished)))
+        rows = fetch_all(conn, _CLAIM_UNTRIGGERED, (worker, batch, lease_seconds, uuid_array(finished)))
         if len(rows) >= batch:
             return rows
         try:
@@ -99,7 +99,7 @@ def _claim_in_transaction(conn: psycopg.Connection, worker: str, batch: int, lea
     with conn.pipeline():  # BEGIN and the claim in one round trip
         conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
         cursor = conn.execute("SELECT * FROM ledger_claim_and_start(%s, %s, %s, %s)",
-                              (worker, batch, lease_seconds, _uuid_array(finished)))
+                              (worker, batch, lease_seconds, uuid_array(finished)))
     try:
         rows = cursor.fetchall()
         for row in rows:
@@ -152,4 +152,4 @@ def release(conn: psycopg.Connection, job: Job, *, retry_in: float | None) -> No
 
 def drop_leases(conn: psycopg.Connection, tokens: Sequence[uuid.UUID]) -> None:
     """Drop finished attempts' leases outside a claim (a worker stopping); an autocommit connection."""
-    conn.execute("SELECT ledger_claim_and_start('', 0, 0, %s)", (_uuid_array(tokens),))
+    conn.execute("SELECT ledger_claim_and_start('', 0, 0, %s)", (uuid_array(tokens),))
