@@ -11,6 +11,7 @@ a minute before the rows were written), so that no row changes kind however long
 from __future__ import annotations
 
 import datetime
+import re
 import uuid
 
 import psycopg
@@ -255,3 +256,32 @@ def test_the_claims_walk_of_ready_rows_ends_at_the_first_row_not_yet_due(api, db
     scan = walk[walk.index("Index Scan using execution_queue_ready"):]
     assert "actual time" in scan and "rows=2 loops=1" in scan.splitlines()[0]
     assert "Rows Removed by Filter" not in scan.split("->")[0]
+
+
+def test_the_untriggered_claim_reads_the_tenants_with_a_status_trigger_once_for_both_walks(api, other_api, db_url):
+    """With attempts running (rows in the walk of lapsed leases) both walks test the tenant of their rows:
+    they share one read of the triggers table (migration 0020), not one each."""
+    create_trigger(api, publish(api, tool("noop", NOOP)), name="on_status",
+                   event="financial.ActionExecution.updated", condition="false")
+    plans: list[str] = []
+    with psycopg.connect(db_url, autocommit=True, row_factory=dict_row) as conn:
+        conn.execute("DELETE FROM execution_queue")
+        conn.execute("DELETE FROM execution_leases")
+        _queue(conn, api.tenant_id, other_api.tenant_id)
+        conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+        conn.execute("LOAD 'auto_explain'")
+        conn.execute("SET auto_explain.log_nested_statements = on")
+        conn.execute("SET auto_explain.log_level = notice")
+        conn.execute("SET auto_explain.log_analyze = on")
+        conn.execute("SET auto_explain.log_min_duration = 0")
+        conn.execute("BEGIN")
+        rows = conn.execute("SELECT * FROM ledger_claim_and_start('w', 2, 30, '{}', true)").fetchall()
+        conn.execute("ROLLBACK")
+    assert len(rows) == 2
+    walk = next(plan for plan in plans if "lapsed AS" in plan)
+    plan = walk[walk.index("Limit  (cost"):]
+    # The table's own scans (not its index's, nor the CTE's "triggered").
+    assert len(re.findall(r"Scan on triggers\b", plan)) == 1
+    # Both walks did test their rows' tenants (else one read would prove nothing).
+    tests = [line for line in plan.splitlines() if "Scan on triggered" in line]
+    assert len(tests) == 2 and not any("never executed" in line for line in tests)

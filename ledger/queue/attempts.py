@@ -37,7 +37,7 @@ from ..policy.chain import Chain
 from ..policy.principal import Principal
 from ..scope import Scope
 from ..values import storable_json
-from .claims import Job, LeaseLost, fence, held, release
+from .claims import Job, LeaseLost, fence, held, release, uuid_array
 from .triggers import TRIGGERS_VERSION_COLUMN, remember_version
 
 TERMINAL_CODES = {"action_input_invalid", "action_access_denied", "action_call_limit_exceeded",
@@ -251,8 +251,8 @@ def raise_started_events(services: Any, conn: psycopg.Connection, claimed: list[
     for tenant_id, rows in by_tenant.items():
         with conn.pipeline():
             conn.execute("SELECT set_config('ledger.tenant_id', %s, true)", (str(tenant_id),))
-            cursor = conn.execute(f"SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = %s AND id = ANY(%s)",
-                                  (tenant_id, [row["execution_id"] for row in rows]))
+            cursor = conn.execute(f"SELECT {EXECUTION_COLUMNS} FROM executions WHERE tenant_id = %s"
+                                  " AND id = ANY(%s::uuid[])", (tenant_id, uuid_array([row["execution_id"] for row in rows])))
         executions = {execution["id"]: execution for execution in cursor.fetchall()}
         for row in rows:
             execution = executions.get(row["execution_id"])
