@@ -173,6 +173,34 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / ticks
 
 
+def machine_busy_seconds() -> tuple[float, float]:
+    """The whole machine's busy and total CPU seconds since boot, every CPU summed (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (sum(fields[:8]) - idle) / ticks, sum(fields[:8]) / ticks
+
+
+def wait_until_quiet(*, busy_fraction: float = 0.1, window: float = 0.5, timeout: float = 60.0) -> dict:
+    """Wait until the machine's CPUs are at most `busy_fraction` busy over a `window`, or `timeout`.
+
+    A timed row that follows load (the call tree follows thousands of money calls) otherwise starts while
+    autovacuum, the checkpointer or a peer's garbage collector still run on the same two cores, and the
+    tree (three processes handing over four times a read) suffers them more than its floor (two processes,
+    two hand-overs): one run's repeats moved 3.6x-11x. Returns how long it waited and whether it settled."""
+    started = time.monotonic()
+    while True:
+        busy, total = machine_busy_seconds()
+        time.sleep(window)
+        busy2, total2 = machine_busy_seconds()
+        fraction = (busy2 - busy) / (total2 - total) if total2 > total else 0.0
+        waited = time.monotonic() - started
+        if fraction <= busy_fraction or waited >= timeout:
+            return {"waited_s": round(waited, 1), "settled": fraction <= busy_fraction,
+                    "busy_fraction": round(fraction, 3)}
+
+
 def peak_rss_mib(pid: int) -> float | None:
     """VmHWM of a process: its peak resident set size."""
     try:

@@ -10,6 +10,14 @@ README_START = "<!-- bench:start (written by `make bench`) -->"
 README_END = "<!-- bench:end -->"
 
 
+def _settled(settles: list | None) -> str:
+    """How each repeat of the call tree waited for the machine to be quiet (`bench.env.wait_until_quiet`)."""
+    if not settles:
+        return ""
+    waits = ", ".join(f"{w['waited_s']:g} s" + ("" if w["settled"] else " (not quiet)") for w in settles)
+    return f"; each repeat started once the machine's CPUs were at most 10% busy over 0.5 s (waits {waits})"
+
+
 def _f(value, digits: int = 1, unit: str = "") -> str:
     if value is None:
         return "—"
@@ -102,7 +110,8 @@ def details(results: dict) -> str:
                    f" the table shows the median of the repeats' ratios: **{repeats['median']:.2f}x** (repeats "
                    + ", ".join(f"{r:.2f}x" for r in repeats["ratios"])
                    + f"; spread {_f(repeats.get('spread'), 2)}; median of medians "
-                   + (f"{mom:.2f}x" if mom is not None else "—") + ").")
+                   + (f"{mom:.2f}x" if mom is not None else "—") + ")"
+                   + _settled((tree.get("ledger") or {}).get("settled")) + ".")
     rss = results.get("rss") or {}
     out.append(f"- Peak RSS of a server process: {_f(rss.get('server_mib'), 0, ' MiB')}"
                f" (a Starlark sandbox process beside it: {_f(rss.get('sandbox_mib'), 0, ' MiB')}).")

@@ -22,7 +22,8 @@ import traceback
 from pathlib import Path
 
 from . import loadgen, peers, report, workloads
-from .env import ROOT, Cluster, DurableCommits, RoundTrips, Server, Statements, Workers, export_revision, settings_text
+from .env import (ROOT, Cluster, DurableCommits, RoundTrips, Server, Statements, Workers, export_revision, settings_text,
+                  wait_until_quiet)
 from .fixtures import STATUS_CONDITION, STATUS_EVENTS, add_triggers, delete_triggers, populate, prepare_database
 
 # Issue 18's goals, each measured in one run, side by side.
@@ -312,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
                 if "tree" in only:
                     log(f"[{name}] call tree: one invokeAction making {tree_reads} graphql() reads")
                     m["call_tree"], m["call_tree_floor"], m["pairs"]["call_tree"] = workloads.call_tree(
-                        server, fx, stats, rt, reads=tree_reads, repeats=repeats)
+                        server, fx, stats, rt, reads=tree_reads, repeats=repeats,
+                        settle=None if args.smoke else wait_until_quiet)
                 if "agent" in only:
                     log(f"[{name}] agent turn: 2 rounds with a scripted model, beside the same 2 calls made directly")
                     m["agent_turn"] = _anchor(f"agent turn ({name})", lambda: workloads.agent_turn(
@@ -330,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
                 # 20-30% with what else the machine ran.
                 m["queue"] = _median_run([
                     workloads.queue(fx, workers, stats, rt, jobs=args.queue_jobs, commits=commits,
-                                    postgres_cpu=cluster.cpu) for _ in range(rounds)], "jobs_per_s")
+                                    postgres_cpu=cluster.cpu, settle=None if args.smoke else wait_until_quiet)
+                    for _ in range(rounds)], "jobs_per_s")
                 # The same with a trigger on execution status changes defined (never true): the durable
                 # commits per execution must hold with it (a revision from before triggers cannot run it).
                 log(f"[{name}] queue: the same with a trigger on execution status changes defined")
@@ -367,7 +370,9 @@ def main(argv: list[str] | None = None) -> int:
                 gstats = Statements(cluster, "graphile")
                 runs = []
                 for _ in range(rounds):
+                    settled = wait_until_quiet()  # as each of the ledger's rounds (`workloads.queue`)
                     out = graphile.run_jobs(args.queue_jobs, gstats, DurableCommits(cluster, "graphile"))
+                    out["settled"] = settled
                     out["statements_per_job"] = round(gstats.count(peers.GRAPHILE_WORKER_ROLE) / args.queue_jobs, 1)
                     runs.append(out)
                 graphile.stop()

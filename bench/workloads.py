@@ -150,14 +150,16 @@ def _throughput(server: Server, spec: dict, seconds: float, stats: Statements, r
 
 
 def call_tree(server: Server, fx: Fixtures, stats: Statements, rt: RoundTrips, *, reads: int = 1000,
-              repeats: int = 5) -> tuple[dict, dict, list[dict]]:
+              repeats: int = 5, settle: Callable[[], dict] | None = None) -> tuple[dict, dict, list[dict]]:
     """One invokeAction whose program makes `reads` graphql() reads, each repeat followed at once by the floor:
     `reads` primary-key SELECTs from psycopg on one connection (as the app role, RLS on, in one transaction),
     what a call tree of reads cannot go below. The tree and the floor alternate so that each repeat's ratio
     compares one moment of the shared machine (the floor moved 28–82 µs a SELECT between runs when it ran
-    after all the trees). Returns the tree's medians, the floor's, and each repeat's pair."""
+    after all the trees). With `settle` (`bench.env.wait_until_quiet`), each repeat starts once the machine
+    is quiet, since the row follows the others' load. Returns the tree's medians, the floor's, and each repeat's pair."""
     client = Client(server.url, fx.token)
     times, floor_times = [], []
+    settles = []
     cpus = []  # the server processes' CPU per tree, their sandbox executors included
     statements = None
     try:
@@ -167,6 +169,8 @@ def call_tree(server: Server, fx: Fixtures, stats: Statements, rt: RoundTrips, *
                 if i == 1:
                     stats.reset()
                     trips = rt.total()
+                if settle is not None:
+                    settles.append(settle())
                 cpu = server.cpu()
                 started = time.perf_counter()
                 data = client.data(INVOKE, {"id": fx.reads_tool, "input": {
@@ -189,7 +193,8 @@ def call_tree(server: Server, fx: Fixtures, stats: Statements, rt: RoundTrips, *
             "min_ms": round(min(times) * 1000, 1), "per_read_us": round(statistics.median(times) / reads * 1e6, 1),
             "statements_per_tree": statements, "roundtrips_per_tree": trips,
             # CPU is what a shared machine does not distort as much as wall time (the median of the repeats).
-            "server_cpu_us_per_read": round(statistics.median(cpus[1:]) / reads * 1e6, 1)}
+            "server_cpu_us_per_read": round(statistics.median(cpus[1:]) / reads * 1e6, 1),
+            "settled": settles[1:]}
     floor_result = {"reads": reads, "repeats": repeats,
                     "median_ms": round(statistics.median(floor_times) * 1000, 1),
                     "min_ms": round(min(floor_times) * 1000, 1)}
@@ -210,11 +215,13 @@ def _floor_once(conn: psycopg.Connection, fx: Fixtures, reads: int) -> float:
 
 
 def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, jobs: int = 1000,
-          commits: DurableCommits | None = None, postgres_cpu: Callable[[], float] | None = None) -> dict:
+          commits: DurableCommits | None = None, postgres_cpu: Callable[[], float] | None = None,
+          settle: Callable[[], dict] | None = None) -> dict:
     """`jobs` no-op executions started in one transaction; the time from its commit until every one is
     SUCCEEDED, and each one's latency (its invocation's finish minus the commit); with `commits`, the
     durable commits (WAL commit records) the workers made per execution; with `postgres_cpu`, PostgreSQL's
-    CPU per execution (the bench's own poll included, as graphile-worker's side has its own)."""
+    CPU per execution (the bench's own poll included, as graphile-worker's side has its own); with `settle`
+    (`bench.env.wait_until_quiet`), the enqueue waits for a quiet machine first, as graphile-worker's rounds do."""
     from ledger.wiring import open_services
     from ledger.auth.clients import client_layer, load_principal
     from ledger.config import Settings
@@ -223,6 +230,7 @@ def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, 
     from ledger.scope import Scope
 
     services = open_services(Settings(database_url=fx.database_url, pool_min=1, pool_max=1), fx.database_url)
+    settled = settle() if settle is not None else None
     try:
         claims = {"tenant": str(fx.tenant_id), "sub": str(fx.client_id), "iat": int(time.time())}
         deadline = time.monotonic() + 600
@@ -281,7 +289,8 @@ def queue(fx: Fixtures, workers: Workers, stats: Statements, rt: RoundTrips, *, 
             "statements_per_job": round(statements / jobs, 1), "roundtrips_per_job": round(trips / jobs, 1),
             "durable_commits_per_job": round(durable / jobs, 2) if durable is not None else None,
             "worker_cpu_ms_per_job": round(cpu * 1000 / jobs, 2),
-            "postgres_cpu_ms_per_job": round(postgres * 1000 / jobs, 2) if postgres is not None else None}
+            "postgres_cpu_ms_per_job": round(postgres * 1000 / jobs, 2) if postgres is not None else None,
+            "settled": settled}
 
 
 def policy(n: int = 20_000) -> dict:
