@@ -71,7 +71,7 @@ def _task_counts(pids: list[int]) -> tuple[float, int, int]:
 
 def _paths_pids(cluster: Cluster) -> dict[str, list[int]]:
     """The processes of a read's path by their part: this one, the sandbox executors, the cluster's."""
-    postmaster = int((cluster.pg.data / "postmaster.pid").read_text().split()[0])
+    postmaster = cluster.postmaster_pid
     return {"this process": [os.getpid()], "the sandbox": sandbox_pids(cluster),
             "PostgreSQL": [pid for pid in [postmaster, *children(postmaster)] if os.path.exists(f"/proc/{pid}")]}
 
@@ -142,14 +142,17 @@ async def _run(app, token: str, url: str, tenant_id, cluster: Cluster, reads: in
 
         ExecutorLease.run = profiled
 
+    async def tree() -> None:
+        out = await data(INVOKE, {"id": tool, "input": {"executionId": str(uuid.uuid4()),
+                                                         "input": {"account_id": account, "n": reads}}})
+        assert out["actions"]["invokeAction"]["status"] == "SUCCEEDED", out
+
     if callgrind:
         for counted in (False, True):
             if counted:
                 _callgrind("-z")
                 _callgrind("-i", "on")
-            out = await data(INVOKE, {"id": tool, "input": {"executionId": str(uuid.uuid4()),
-                                                             "input": {"account_id": account, "n": reads}}})
-            assert out["actions"]["invokeAction"]["status"] == "SUCCEEDED", out
+            await tree()
         _callgrind("-i", "off")
         _callgrind("-d", "tree")
         print(f"callgrind: one tree of {reads} reads dumped (callgrind_annotate <file>; total / {reads} per read)")
@@ -161,11 +164,9 @@ async def _run(app, token: str, url: str, tenant_id, cluster: Cluster, reads: in
         parts = _paths_pids(cluster)
         counts = {part: _task_counts(part_pids) for part, part_pids in parts.items()}
         before = (time.perf_counter(), time.process_time(), cpu_seconds(executor_pids), cluster.cpu())
-        out = await data(INVOKE, {"id": tool, "input": {"executionId": str(uuid.uuid4()),
-                                                         "input": {"account_id": account, "n": reads}}})
+        await tree()
         after = (time.perf_counter(), time.process_time(), cpu_seconds(executor_pids), cluster.cpu())
         counts_after = {part: _task_counts(part_pids) for part, part_pids in parts.items()}
-        assert out["actions"]["invokeAction"]["status"] == "SUCCEEDED", out
         if i:  # the first warms the executor and the caches
             walls.append(after[0] - before[0])
             cpus.append(after[1] - before[1])
@@ -195,11 +196,6 @@ async def _run(app, token: str, url: str, tenant_id, cluster: Cluster, reads: in
               f"{statistics.median(r[1] for r in rows) / reads:.2f} voluntary, "
               f"{statistics.median(r[2] for r in rows) / reads:.2f} involuntary")
     if syscalls:
-        async def tree() -> None:
-            out = await data(INVOKE, {"id": tool, "input": {"executionId": str(uuid.uuid4()),
-                                                             "input": {"account_id": account, "n": reads}}})
-            assert out["actions"]["invokeAction"]["status"] == "SUCCEEDED", out
-
         loop = asyncio.get_running_loop()
         counted = await loop.run_in_executor(
             None, lambda: _syscalls(_paths_pids(cluster), lambda: asyncio.run_coroutine_threadsafe(tree(), loop).result()))

@@ -53,11 +53,14 @@ class Cluster:
     def url(self, dbname: str, user: str = "postgres") -> str:
         return psycopg.conninfo.make_conninfo(self.pg.url(dbname), user=user)
 
+    @property
+    def postmaster_pid(self) -> int:
+        return int((self.pg.data / "postmaster.pid").read_text().split()[0])
+
     def cpu(self) -> float:
         """CPU seconds of the postmaster and its processes now running (backends, WAL writer, checkpointer,
         autovacuum): read around a stretch whose backends live through it."""
-        postmaster = int((self.pg.data / "postmaster.pid").read_text().split()[0])
-        return cpu_seconds([postmaster])
+        return cpu_seconds([self.postmaster_pid])
 
     def create_database(self, name: str) -> str:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
@@ -155,7 +158,7 @@ def children(pid: int) -> list[int]:
 def sandbox_pids(cluster: "Cluster") -> list[int]:
     """This process's children but the cluster's postmaster (when this process started the cluster, the
     postmaster is one, and its backends are counted apart): the sandbox executors of an in-process app."""
-    postmaster = int((cluster.pg.data / "postmaster.pid").read_text().split()[0])
+    postmaster = cluster.postmaster_pid
     return [pid for pid in children(os.getpid()) if pid != postmaster]
 
 
