@@ -53,13 +53,13 @@ class Job:
 _CLAIM_UNTRIGGERED = PreparedRead("SELECT * FROM ledger_claim_and_start(%s, %s, %s, %s, true)")
 
 
-def uuid_array(tokens: Sequence[uuid.UUID]) -> str:
+def uuid_array(ids: Sequence[uuid.UUID]) -> str:
     """UUIDs (leases, executions) as a uuid[] literal, which the server reads as the uuid[] parameter it
     stands for (psycopg sends a str untyped): psycopg's list dumper runs a regular expression over every
     element's text to decide its quoting (~14k instructions a UUID); a UUID's text needs none."""
-    if not all(type(token) is uuid.UUID for token in tokens):
-        raise TypeError(f"lease tokens are UUIDs: {tokens!r}")
-    return "{" + ",".join(map(str, tokens)) + "}"
+    if not all(type(id_) is uuid.UUID for id_ in ids):
+        raise TypeError(f"a uuid[] literal is made of UUIDs only: {ids!r}")
+    return "{" + ",".join(map(str, ids)) + "}"
 
 
 def claim(conn: psycopg.Connection, worker: str, batch: int, lease_seconds: float, *,
